@@ -1,0 +1,148 @@
+"""Scaled dot-product attention (§3.2.1) and multi-head attention (§3.2.2).
+
+The maths is a pure function with two paths that give the same numbers:
+- ``attention_reference``: softmax(Q·Kᵀ/√d_k)·V written out, returning the attention weights;
+- ``attention_fused``: ``torch.nn.functional.scaled_dot_product_attention``, used for speed.
+
+Masks follow ``masks.py``: boolean, True = may attend, broadcastable to (B, H, Tq, Tk).
+
+Shapes: B batch, Tq query length, Tk key length, H heads, D model width, Dh head width (D / H).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def attention_reference(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """softmax(Q·Kᵀ / √d_k) · V, step by step, as in the notes.
+
+    Args:
+        q: queries (B, H, Tq, Dh); k: keys (B, H, Tk, Dh); v: values (B, H, Tk, Dh).
+        mask: boolean, True = may attend, broadcastable to (B, H, Tq, Tk).
+        dropout_p: dropout on the attention weights (pass 0 in eval mode).
+    Shape:
+        returns output (B, H, Tq, Dh) and weights (B, H, Tq, Tk); each weight row sums to 1,
+        except a fully masked row (a query with nothing to attend to), which is all zeros.
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+        # A row with every key blocked would be softmax(-inf, ..., -inf) = NaN. Give such rows
+        # finite scores, then zero their weights: the output is 0, as in the fused path.
+        blocked_row = ~mask.any(dim=-1, keepdim=True)  # (B or 1, H or 1, Tq, 1)
+        scores = scores.masked_fill(blocked_row, 0.0)
+    weights = scores.softmax(dim=-1)  # (B, H, Tq, Tk)
+    if mask is not None:
+        weights = weights.masked_fill(blocked_row, 0.0)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v, weights  # (B, H, Tq, Dh), (B, H, Tq, Tk)
+
+
+def attention_fused(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+) -> Tensor:
+    """The same maths through PyTorch's fused kernel; no weights come back.
+
+    PyTorch >= 2.5 returns zeros for a fully masked row, like ``attention_reference``.
+    """
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Attention(Q, K, V): the fused path, or the reference path when the weights are wanted."""
+    if need_weights:
+        return attention_reference(q, k, v, mask, dropout_p)
+    return attention_fused(q, k, v, mask, dropout_p), None
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) · W_O,
+    where head_i = Attention(Q·W_Qi, K·W_Ki, V·W_Vi).
+
+    The h heads of width d_k = d_model / h are computed at once: one (D, D) projection is the
+    h per-head (D, Dh) matrices side by side. Serves as self-attention (query = key = value = x)
+    and as encoder-decoder attention (query from the decoder, key = value = encoder output).
+    ``project_kv`` and ``attend`` are separate so that a decoder can cache keys and values.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.dropout = dropout
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        """(B, T, D) -> (B, H, T, Dh)."""
+        B, T, _ = x.shape
+        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, Dh)
+
+    def project_kv(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values split into heads: (B, Tk, D) -> two (B, H, Tk, Dh)."""
+        return self._split_heads(self.w_k(key)), self._split_heads(self.w_v(value))
+
+    def attend(
+        self,
+        query: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attention of projected queries over already projected keys and values.
+
+        Shape:
+            query (B, Tq, D), k and v (B, H, Tk, Dh) -> output (B, Tq, D), weights (B, H, Tq, Tk).
+        """
+        B, Tq, D = query.shape
+        q = self._split_heads(self.w_q(query))  # (B, H, Tq, Dh)
+        dropout_p = self.dropout if self.training else 0.0
+        heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, need_weights)
+        concat = heads.transpose(1, 2).reshape(B, Tq, D)  # (B, Tq, H·Dh) = (B, Tq, D)
+        return self.w_o(concat), weights
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Args:
+            query (B, Tq, D), key and value (B, Tk, D); mask broadcastable to (B, H, Tq, Tk).
+        Shape:
+            returns output (B, Tq, D) and, if ``need_weights``, weights (B, H, Tq, Tk).
+        """
+        k, v = self.project_kv(key, value)
+        return self.attend(query, k, v, mask, need_weights)
+
+
+def identity_attention(d_model: int, n_heads: int = 1) -> MultiHeadAttention:
+    """Multi-head attention with W_Q = W_K = W_V = W_O = I and zero biases (the notes' examples)."""
+    mha = MultiHeadAttention(d_model, n_heads)
+    with torch.no_grad():
+        for linear in (mha.w_q, mha.w_k, mha.w_v, mha.w_o):
+            linear.weight.copy_(torch.eye(d_model))
+            linear.bias.zero_()
+    return mha.eval()

@@ -1,0 +1,129 @@
+"""Scaled dot-product and multi-head attention: fused path = reference path, masks, edge cases."""
+
+import math
+
+import pytest
+import torch
+
+from transformer.attention import (
+    MultiHeadAttention,
+    attention_fused,
+    attention_reference,
+    scaled_dot_product_attention,
+)
+from transformer.masks import combined_mask, look_ahead_mask, padding_mask
+
+
+def qkv(B=2, H=3, Tq=5, Tk=6, Dh=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(B, H, Tq, Dh, generator=g),
+        torch.randn(B, H, Tk, Dh, generator=g),
+        torch.randn(B, H, Tk, Dh, generator=g),
+    )
+
+
+def test_reference_is_softmax_of_scaled_scores_times_values():
+    q, k, v = qkv()
+    out, weights = attention_reference(q, k, v)
+    # Written out per query with plain loops over keys.
+    b, h, i = 1, 2, 3
+    scores = [float(q[b, h, i] @ k[b, h, j]) / math.sqrt(8) for j in range(6)]
+    exps = [math.exp(s) for s in scores]
+    expected_w = torch.tensor([e / sum(exps) for e in exps])
+    torch.testing.assert_close(weights[b, h, i], expected_w, atol=1e-6, rtol=0)
+    torch.testing.assert_close(out[b, h, i], expected_w @ v[b, h], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [
+        None,
+        padding_mask(torch.tensor([[5, 6, 7, 8, 0, 0], [5, 6, 7, 8, 9, 10]])),
+        look_ahead_mask(5, past=1),
+    ],
+    ids=["no mask", "padding", "look-ahead with past"],
+)
+def test_fused_equals_reference(mask):
+    q, k, v = qkv()
+    ref, _ = attention_reference(q, k, v, mask)
+    fused = attention_fused(q, k, v, mask)
+    assert (ref - fused).abs().max() < 1e-6
+
+
+def test_masked_keys_get_zero_weight():
+    q, k, v = qkv()
+    mask = padding_mask(torch.tensor([[5, 6, 7, 8, 0, 0], [5, 6, 0, 0, 0, 0]]))
+    _, weights = attention_reference(q, k, v, mask)
+    assert weights[0, :, :, 4:].abs().max() == 0
+    assert weights[1, :, :, 2:].abs().max() == 0
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 5))
+
+
+def test_fully_masked_row_is_finite_in_both_paths_with_finite_gradients():
+    q, k, v = (t.requires_grad_() for t in qkv(B=1, H=1, Tq=3, Tk=3))
+    mask = torch.tensor([[True, True, False], [False, False, False], [True, False, False]])
+    for path in (
+        lambda: attention_reference(q, k, v, mask)[0],
+        lambda: attention_fused(q, k, v, mask),
+    ):
+        out = path()
+        assert torch.isfinite(out).all()
+        assert out[0, 0, 1].abs().max() == 0  # the query with nothing to attend to outputs 0
+        (grad_q,) = torch.autograd.grad(out.sum(), q)
+        assert torch.isfinite(grad_q).all()
+    _, weights = attention_reference(q, k, v, mask)
+    assert weights[0, 0, 1].abs().max() == 0
+
+
+def test_need_weights_switches_to_reference_path():
+    q, k, v = qkv()
+    out_w, weights = scaled_dot_product_attention(q, k, v, need_weights=True)
+    out, none = scaled_dot_product_attention(q, k, v)
+    assert none is None and weights.shape == (2, 3, 5, 6)
+    assert (out_w - out).abs().max() < 1e-6
+
+
+def test_multi_head_is_concatenation_of_single_heads():
+    torch.manual_seed(0)
+    D, H = 12, 3
+    mha = MultiHeadAttention(D, H).eval()
+    x = torch.randn(2, 4, D)
+    mem = torch.randn(2, 5, D)
+    out, weights = mha(x, mem, mem, need_weights=True)
+    assert out.shape == (2, 4, D) and weights.shape == (2, H, 4, 5)
+    # head_i = Attention(x W_Qi, mem W_Ki, mem W_Vi) with W_Qi the i-th block of Dh output rows.
+    Dh = D // H
+    heads = []
+    for i in range(H):
+        rows = slice(i * Dh, (i + 1) * Dh)
+        q = x @ mha.w_q.weight[rows].T + mha.w_q.bias[rows]
+        k = mem @ mha.w_k.weight[rows].T + mha.w_k.bias[rows]
+        v = mem @ mha.w_v.weight[rows].T + mha.w_v.bias[rows]
+        w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(Dh), dim=-1)
+        torch.testing.assert_close(weights[:, i], w, atol=1e-6, rtol=0)
+        heads.append(w @ v)
+    expected = torch.cat(heads, dim=-1) @ mha.w_o.weight.T + mha.w_o.bias
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
+
+
+def test_multi_head_rejects_indivisible_width():
+    with pytest.raises(ValueError, match="divisible"):
+        MultiHeadAttention(10, 3)
+
+
+def test_combined_mask_is_lookahead_and_padding():
+    ids = torch.tensor([[4, 5, 0], [4, 0, 0]])
+    mask = combined_mask(ids)
+    assert mask.shape == (2, 1, 3, 3) and mask.dtype == torch.bool
+    for b in range(2):
+        for i in range(3):
+            for j in range(3):
+                assert mask[b, 0, i, j].item() == (j <= i and ids[b, j].item() != 0)
+
+
+def test_look_ahead_with_past_aligns_with_full_mask():
+    full = look_ahead_mask(6)[0, 0]
+    for past in range(6):
+        step = look_ahead_mask(6 - past, past=past)[0, 0]
+        assert torch.equal(step, full[past:])

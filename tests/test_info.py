@@ -1,0 +1,63 @@
+"""`transformer info`: parameter counts per part."""
+
+from transformer.cli import main
+from transformer.config import ModelConfig
+from transformer.info import parameter_table
+from transformer.model import Transformer
+
+
+def test_base_model_with_shared_37k_vocabulary_is_about_63m():
+    cfg = ModelConfig.preset(
+        "base", src_vocab_size=37000, tgt_vocab_size=37000, share_embeddings=True
+    )
+    rows = dict(parameter_table(Transformer(cfg)))
+    D, F, V = 512, 2048, 37000
+    attention = 4 * (D * D + D)
+    feed_forward = D * F + F + F * D + D
+    assert rows["encoder 1 self-attention"] == attention
+    assert rows["decoder 6 encoder-decoder attention"] == attention
+    assert rows["encoder 3 feed-forward"] == feed_forward
+    assert rows["decoder 2 add & norm x3"] == 3 * 2 * D
+    expected_total = (
+        V * D + 6 * (attention + feed_forward + 4 * D) + 6 * (2 * attention + feed_forward + 6 * D)
+    )
+    assert rows["total"] == expected_total == sum(p.numel() for p in Transformer(cfg).parameters())
+    # The paper (Table 3) reports 65M for the base model.
+    assert 60e6 < rows["total"] < 66e6
+
+
+def test_info_command_prints_the_table(capsys):
+    code = main(
+        [
+            "info",
+            "--preset",
+            "base",
+            "--src-vocab",
+            "37000",
+            "--tgt-vocab",
+            "37000",
+            "--share-embeddings",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "encoder 6 feed-forward" in out and "decoder 1 masked self-attention" in out
+    assert "63,082,496" in out
+
+
+def test_info_with_bad_values_is_one_line_error(capsys):
+    code = main(
+        [
+            "info",
+            "--preset",
+            "base",
+            "--src-vocab",
+            "100",
+            "--tgt-vocab",
+            "200",
+            "--share-embeddings",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "share_embeddings" in err
