@@ -1,0 +1,64 @@
+"""The typed config: YAML + --key value overrides fill frozen dataclasses; bad keys are errors."""
+
+import dataclasses
+
+import pytest
+
+from transformer.config import RunConfig, load_config, parse_overrides
+from transformer.errors import UserError
+
+
+def test_yaml_and_overrides_fill_the_dataclasses(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "model: {preset: tiny, dropout: 0.2}\n"
+        "data: {corpus: multi30k, src_lang: de, tgt_lang: en}\n"
+        "train: {max_steps: 10, bf16: false}\n"
+    )
+    cfg = load_config(
+        str(path), parse_overrides(["--train.max_steps", "20", "--beam-size=2", "--bf16", "true"])
+    )
+    assert cfg.model.d_model == 32 and cfg.model.dropout == 0.2  # tiny preset + override
+    assert (cfg.data.corpus, cfg.data.src_lang, cfg.data.tgt_lang) == ("multi30k", "de", "en")
+    assert cfg.train.max_steps == 20 and cfg.train.bf16 is True
+    assert cfg.decode.beam_size == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.train.max_steps = 5  # type: ignore[misc]
+
+
+def test_config_round_trips_through_a_dict():
+    cfg = load_config(
+        None, parse_overrides(["--preset", "tiny", "--corpus", "null", "--lr_factor", "2"])
+    )
+    assert cfg.data.corpus is None and cfg.train.lr_factor == 2.0
+    assert RunConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--no_such_key", "1"], "unknown config key 'no_such_key'"),
+        (["--train.nope", "1"], r"unknown config key train.'nope'"),
+        (["--max_steps", "many"], "train.max_steps must be int"),
+        (["--max_tokens", "10"], "ambiguous"),
+        (["--bf16"], "needs a value"),
+        (["--d_model", "30"], "d_model"),
+        (["--label_smoothing", "1.5"], "label_smoothing"),
+        (["--nbest", "9"], "nbest"),
+    ],
+)
+def test_bad_overrides_are_clear_errors(args, message):
+    with pytest.raises(UserError, match=message):
+        load_config(None, parse_overrides(args))
+
+
+def test_bad_files_are_clear_errors(tmp_path):
+    with pytest.raises(UserError, match="config file not found"):
+        load_config(str(tmp_path / "missing.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: {max_stepz: 3}\n")
+    with pytest.raises(UserError, match=r"bad.yaml: unknown config key train.'max_stepz'"):
+        load_config(str(bad))
+    bad.write_text("trian: {}\n")
+    with pytest.raises(UserError, match="unknown config section 'trian'"):
+        load_config(str(bad))
