@@ -137,7 +137,9 @@ def test_decoder_masking_example():
         ]
     )
     torch.testing.assert_close(weights[0, 0], expected, atol=1e-6, rtol=0)
-    # The notes round rows 2 and 3 to [0.3, 0.7] and [0.1, 0.3, 0.6].
+    # The notes give rows 2 and 3 as [0.3, 0.7] and [0.1, 0.3, 0.6]. The second is a rounding of
+    # these values; the first is not (0.3729 rounds to 0.4): it is the softmax of the unscaled
+    # scores [0.7, 1.74], [0.261, 0.739], so the notes skipped the division by √d_k there.
     torch.testing.assert_close(
         weights[0, 0, 1:3, :3],
         torch.tensor([[0.3729, 0.6271, 0.0], [0.1152, 0.2668, 0.6180]]),

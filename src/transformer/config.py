@@ -143,13 +143,14 @@ class DataConfig:
     valid_src: str | None = None
     valid_tgt: str | None = None
     valid_fraction: float = 0.02  # held out with split_seed when no validation files are given
-    test_fraction: float = 0.0  # likewise for a test split (named corpora bring their own)
+    test_fraction: float = 0.02  # likewise for a test split (multi30k and numbers bring their own)
     split_seed: int = 1234
     max_len: int = 128  # tokens per side; longer training pairs are filtered and counted
     tokenizer: str = "bpe"  # SentencePiece model type: "bpe" or "unigram"
     vocab_size: int = 8000  # per vocabulary (joint: for both languages)
     joint_vocab: bool = True  # one SentencePiece model for both languages
     character_coverage: float = 1.0
+    verify_checksums: bool = True  # refuse a downloaded corpus file whose SHA-256 has changed
     numbers_max: int = 999_999  # numbers corpus: numbers are drawn from 0..numbers_max
     numbers_train: int = 100_000  # numbers corpus: sizes of the disjoint splits
     numbers_valid: int = 1_000
@@ -347,12 +348,15 @@ def parse_overrides(args: list[str]) -> dict[str, str]:
     return overrides
 
 
-def load_config(path: str | None = None, overrides: dict[str, str] | None = None) -> RunConfig:
+def load_config(
+    path: str | None = None, overrides: dict[str, str] | None = None, base: dict | None = None
+) -> RunConfig:
     """Reads a YAML file ({section: {key: value}}, all optional) and applies overrides.
 
     ``model.preset`` (or ``--preset``) picks the starting ModelConfig; the default is ``small``.
+    ``base`` (e.g. a saved run's config) is used instead of a file when ``path`` is None.
     """
-    values: dict = {}
+    values: dict = base or {}
     origin = "overrides"
     if path is not None:
         origin = path

@@ -1,0 +1,232 @@
+"""Named corpora: the numbers corpus, downloads with checksums, and the real files in ../shared."""
+
+import gzip
+import hashlib
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from num2words import num2words
+
+from transformer import corpora
+from transformer.config import DataConfig
+from transformer.corpora import NumberWords, RemoteFile, corpus_file, download, numbers_corpus
+from transformer.data import load_splits
+from transformer.errors import UserError
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SMALL = DataConfig(numbers_max=999_999, numbers_train=2000, numbers_valid=200, numbers_test=200)
+
+
+def english_number(text):
+    """Parses the English words num2words writes for 0..999999 (a reference for the tests)."""
+    units = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    teens = ["ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen"]
+    teens += ["seventeen", "eighteen", "nineteen"]
+    tens = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+    values = {w: i for i, w in enumerate(units)} | {w: 10 + i for i, w in enumerate(teens)}
+    values |= {w: 20 + 10 * i for i, w in enumerate(tens)}
+    total = current = 0
+    for word in text.replace(",", "").replace("-", " ").split():
+        if word == "hundred":
+            current *= 100
+        elif word == "thousand":
+            total, current = (total + current) * 1000, 0
+        elif word != "and":
+            current += values[word]
+    return total + current
+
+
+@pytest.mark.parametrize("lang", ["en", "fr", "de"])
+def test_number_words_equal_num2words(lang):
+    words = NumberWords(lang)
+    numbers = list(range(0, 1200, 7)) + [1000, 1001, 1080, 2000, 21000, 71071, 80000, 80080]
+    numbers += [101000, 180000, 200000, 200200, 201001, 280000, 999999, 1_000_000, 2_345_678]
+    numbers += list(range(3, 999_999, 4999))
+    assert [words(n) for n in numbers] == [num2words(n, lang=lang) for n in numbers]
+
+
+def test_numbers_corpus_known_translations():
+    # numbers_max 999: every number 0..999 lands in one of the splits.
+    data = DataConfig(numbers_max=999, numbers_train=900, numbers_valid=50, numbers_test=50)
+    to_french = dict(sum(numbers_corpus(data), []))
+    assert len(to_french) == 1000
+    assert to_french["seven hundred and seventy-one"] == "sept cent soixante et onze"
+    assert to_french["eighty"] == "quatre-vingts"
+    assert to_french["eighty-one"] == "quatre-vingt-un"
+    assert to_french["two hundred"] == "deux cents"
+    to_german = dict(sum(numbers_corpus(replace(data, tgt_lang="de")), []))
+    assert to_german["seven hundred and seventy-one"] == "siebenhunderteinundsiebzig"
+    from_french = dict(sum(numbers_corpus(replace(data, src_lang="fr", tgt_lang="en")), []))
+    assert from_french["quatre-vingts"] == "eighty"
+
+
+def test_numbers_corpus_splits_are_disjoint_sized_and_deterministic():
+    train, valid, test = numbers_corpus(SMALL)
+    assert (len(train), len(valid), len(test)) == (2000, 200, 200)
+    sources = [src for src, _ in train + valid + test]
+    assert len(set(sources)) == len(sources)  # disjoint and de-duplicated
+    assert numbers_corpus(SMALL) == (train, valid, test)
+    assert numbers_corpus(replace(SMALL, split_seed=SMALL.split_seed + 1)) != (train, valid, test)
+
+
+def test_numbers_corpus_represents_small_numbers():
+    train, valid, test = numbers_corpus(SMALL)
+    numbers = [english_number(src) for src, _ in train + valid + test]
+    # Every number of digits equally often: all 100 numbers below 100, and the 2300 others
+    # shared equally by 3, 4, 5 and 6 digits.
+    per_digits = [sum(1 for n in numbers if len(str(n)) == d) for d in range(1, 7)]
+    assert per_digits == [10, 90, 575, 575, 575, 575]
+    assert sum(1 for src, _ in valid if "thousand" not in src) > 20  # every split gets small ones
+
+
+def test_numbers_corpus_caps_sizes_when_numbers_run_out():
+    train, valid, test = numbers_corpus(DataConfig(numbers_max=99))  # asks for 102000
+    assert len(train) + len(valid) + len(test) <= 100 and len(train) >= 95
+    assert len(valid) >= 1 and len(test) >= 1
+    assert {english_number(src) for src, _ in train + valid + test} <= set(range(100))
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"tgt_lang": "es"}, "numbers corpus has languages .* got 'es'"),
+        ({"src_lang": "fr", "tgt_lang": "fr"}, "both 'fr'"),
+        ({"numbers_valid": -1}, r"must be >= 0, got \[100000, -1, 1000\]"),
+    ],
+)
+def test_numbers_corpus_bad_settings(fields, message):
+    with pytest.raises(UserError, match=message):
+        numbers_corpus(replace(DataConfig(), **fields))
+
+
+def test_download_verifies_and_keeps_the_file(tmp_path):
+    source = tmp_path / "upstream.zip"
+    source.write_bytes(b"pretend zip" * 1000)
+    sha = hashlib.sha256(source.read_bytes()).hexdigest()
+    dest = tmp_path / "cache" / "sub" / "file.zip"
+    assert download(source.as_uri(), dest, sha) == dest
+    assert dest.read_bytes() == source.read_bytes()
+    source.unlink()  # a verified copy is not downloaded again
+    assert download(source.as_uri(), dest, sha) == dest
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["file.zip"]
+
+
+def test_checksum_mismatch_is_an_error_and_leaves_no_file(tmp_path):
+    source = tmp_path / "upstream.gz"
+    source.write_bytes(b"changed upstream")
+    dest = tmp_path / "cache" / "train.de.gz"
+    with pytest.raises(UserError, match=r"checksum mismatch.*--data_dir"):
+        download(source.as_uri(), dest, "0" * 64)
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_checksum_check_can_be_turned_off(tmp_path):
+    source = tmp_path / "upstream.zip"
+    source.write_bytes(b"a newer upstream version")
+    dest = tmp_path / "cache" / "fra-eng.zip"
+    assert download(source.as_uri(), dest, None) == dest
+    assert dest.read_bytes() == source.read_bytes()
+
+
+def test_unreachable_source_is_an_error_and_leaves_no_file(tmp_path):
+    dest = tmp_path / "cache" / "val.de.gz"
+    with pytest.raises(UserError, match=r"could not download .*missing\.gz.*--data_dir"):
+        download((tmp_path / "missing.gz").as_uri(), dest, "0" * 64)
+    assert list(dest.parent.iterdir()) == []
+
+
+def fake_multi30k(folder):
+    """Tiny Multi30k-named files and a REMOTE_FILES table pointing at them."""
+    table = {}
+    for split, n in (("train", 6), ("val", 3), ("test_2016_flickr", 2)):
+        for lang in ("de", "en"):
+            path = folder / f"{split}.{lang}.gz"
+            path.write_bytes(
+                gzip.compress("".join(f"{split} {lang} {i}\n" for i in range(n)).encode())
+            )
+            sha = hashlib.sha256(path.read_bytes()).hexdigest()
+            table[f"multi30k/{path.name}"] = RemoteFile(path.as_uri(), sha)
+    return table
+
+
+def test_multi30k_downloads_into_the_cache(tmp_path, monkeypatch):
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    monkeypatch.setattr(corpora, "REMOTE_FILES", fake_multi30k(upstream))
+    monkeypatch.setenv("TRANSFORMER_DATA", str(tmp_path / "cache"))
+    splits = load_splits(DataConfig(corpus="multi30k", src_lang="en", tgt_lang="de"))
+    assert splits.train[1] == ("train en 1", "train de 1")
+    assert (len(splits.train), len(splits.valid), len(splits.test)) == (6, 3, 2)
+    assert (tmp_path / "cache" / "multi30k" / "val.de.gz").is_file()
+
+
+def test_data_dir_is_read_without_download(tmp_path, monkeypatch):
+    local = tmp_path / "local"
+    (local / "multi30k").mkdir(parents=True)
+    fake_multi30k(local / "multi30k")
+    monkeypatch.setattr(corpora, "REMOTE_FILES", {})  # any download attempt would fail
+    for folder in (local, local / "multi30k"):  # both layouts are accepted
+        data = DataConfig(corpus="multi30k", src_lang="de", tgt_lang="en", data_dir=str(folder))
+        assert load_splits(data).test[1] == ("test_2016_flickr de 1", "test_2016_flickr en 1")
+    with pytest.raises(UserError, match=r"file not found: .*empty.*fra-eng\.zip"):
+        corpus_file("tatoeba/fra-eng.zip", str(tmp_path / "empty"))
+
+
+def test_tatoeba_direction_from_languages(tmp_path):
+    with zipfile.ZipFile(tmp_path / "deu-eng.zip", "w") as archive:
+        archive.writestr("deu.txt", "".join(f"Hi {i}.\tHallo {i}.\tCC-BY\n" for i in range(50)))
+    data = DataConfig(
+        corpus="tatoeba-deu-eng", src_lang="de", tgt_lang="en", data_dir=str(tmp_path)
+    )
+    splits = load_splits(data)
+    assert ("Hallo 3.", "Hi 3.") in splits.train + splits.valid + splits.test
+    assert len(splits.valid) == 1 and len(splits.test) == 1  # 2% of 50 each, at least one
+    assert len(splits.train) == 48
+    with pytest.raises(UserError, match="tatoeba-deu-eng pairs en with de; got src_lang='fr'"):
+        load_splits(replace(data, src_lang="fr"))
+
+
+def test_multi30k_bad_languages():
+    with pytest.raises(UserError, match="multi30k has languages .* got 'cs'"):
+        load_splits(DataConfig(corpus="multi30k", src_lang="cs", tgt_lang="en"))
+
+
+needs_shared = pytest.mark.skipif(
+    not SHARED_DATA.is_dir(), reason=f"real corpora not found in {SHARED_DATA}"
+)
+
+
+@needs_shared
+def test_pinned_checksums_match_the_tested_files():
+    for key, remote in corpora.REMOTE_FILES.items():
+        assert corpora.sha256_of(SHARED_DATA / key) == remote.sha256, key
+
+
+@needs_shared
+def test_multi30k_de_en_from_shared_data():
+    data = DataConfig(
+        corpus="multi30k", src_lang="de", tgt_lang="en", data_dir=str(SHARED_DATA / "multi30k")
+    )
+    splits = load_splits(data)
+    assert (len(splits.train), len(splits.valid), len(splits.test)) == (29000, 1014, 1000)
+    assert splits.skipped_empty == 0
+    assert splits.train[0] == (
+        "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+        "Two young, White males are outside near many bushes.",
+    )
+
+
+@needs_shared
+def test_tatoeba_fra_eng_both_directions_from_shared_data():
+    data = DataConfig(
+        corpus="tatoeba-fra-eng", src_lang="en", tgt_lang="fr", data_dir=str(SHARED_DATA)
+    )
+    en_fr = load_splits(data)
+    fr_en = load_splits(replace(data, src_lang="fr", tgt_lang="en"))
+    total = len(en_fr.train) + len(en_fr.valid) + len(en_fr.test)
+    assert total + en_fr.skipped_empty == 142787  # lines of fra.txt
+    assert ("Go.", "Va !") in en_fr.train + en_fr.valid
+    assert {(t, s) for s, t in en_fr.valid} == set(fr_en.valid)
+    assert 0.015 < len(en_fr.valid) / total < 0.025  # valid_fraction 0.02

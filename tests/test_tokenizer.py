@@ -1,0 +1,146 @@
+"""SentencePiece tokenizers: fixed special ids, round trips, save/load, joint vs separate."""
+
+import io
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+
+from transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DataConfig
+from transformer.data import read_parallel
+from transformer.errors import UserError
+from transformer.tokenizer import Tokenizer, Tokenizers
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+ENGLISH = [
+    "the cat sat on the mat.",
+    "a young girl is playing with her dog in the park.",
+    "two men are working on a red car.",
+    "seven hundred and seventy-one people are waiting for the train.",
+    "she reads a book while he cooks dinner.",
+]
+FRENCH = [
+    "le chat était assis sur le tapis.",
+    "une jeune fille joue avec son chien dans le parc.",
+    "deux hommes travaillent sur une voiture rouge.",
+    "sept cent soixante et onze personnes attendent le train.",
+    "elle lit un livre pendant qu'il prépare le dîner.",
+]
+PAIRS = list(zip(ENGLISH, FRENCH, strict=True)) * 20
+DATA = DataConfig(vocab_size=120)
+
+
+@pytest.fixture(scope="module", params=["bpe", "unigram"])
+def joint(request, tmp_path_factory):
+    """(tokenizers, model_dir, data) of a joint model of each kind, trained once."""
+    data = replace(DATA, tokenizer=request.param)
+    model_dir = tmp_path_factory.mktemp(request.param)
+    return Tokenizers.train(PAIRS, data, model_dir), model_dir, data
+
+
+def test_special_ids_are_fixed(joint):
+    tokenizers, _, _ = joint
+    pieces = [tokenizers.src.id_to_piece(i) for i in (PAD_ID, UNK_ID, BOS_ID, EOS_ID)]
+    assert pieces == ["<pad>", "<unk>", "<s>", "</s>"]
+
+
+def test_encode_decode_round_trip(joint):
+    tokenizers, _, _ = joint
+    for sentence in ENGLISH + FRENCH:
+        ids = tokenizers.src.encode(sentence)
+        assert ids and min(ids) > EOS_ID  # no specials, and every character known
+        assert tokenizers.tgt.decode(ids) == sentence
+    assert tokenizers.src.encode_batch(ENGLISH[:2]) == [
+        tokenizers.src.encode(s) for s in ENGLISH[:2]
+    ]
+
+
+def test_decode_ignores_pad_bos_eos_and_shows_unknowns(joint):
+    tokenizers, _, _ = joint
+    ids = tokenizers.tgt.encode("le chat")
+    assert tokenizers.tgt.decode([BOS_ID, *ids, EOS_ID, PAD_ID, PAD_ID]) == "le chat"
+    assert "le chat" in tokenizers.tgt.decode([*ids, UNK_ID]) != "le chat"
+    assert "".join(tokenizers.src.pieces("the cat")).replace("▁", " ").strip() == "the cat"
+
+
+def test_save_and_load_give_identical_ids(joint):
+    tokenizers, model_dir, _ = joint
+    assert sorted(p.name for p in (model_dir / "tokenizer").iterdir()) == ["joint.model"]
+    loaded = Tokenizers.load(model_dir)
+    assert loaded.joint and loaded.src.vocab_size == tokenizers.src.vocab_size
+    for sentence in ENGLISH + FRENCH + ["an unseen sentence, with Ünïcödé!"]:
+        assert loaded.src.encode(sentence) == tokenizers.src.encode(sentence)
+        assert loaded.tgt.encode(sentence) == tokenizers.tgt.encode(sentence)
+
+
+def test_training_is_deterministic(joint, tmp_path):
+    tokenizers, _, data = joint
+    again = Tokenizers.train(PAIRS, data, tmp_path)
+    assert again.src.model == tokenizers.src.model
+
+
+def test_bpe_and_unigram_are_different_models(tmp_path):
+    # BPE scores pieces by merge order (integers); unigram by log-probability.
+    bpe = Tokenizers.train(PAIRS, replace(DATA, tokenizer="bpe"), tmp_path / "b").src
+    unigram = Tokenizers.train(PAIRS, replace(DATA, tokenizer="unigram"), tmp_path / "u").src
+    scores = [[t.processor.get_score(i) for i in range(4, t.vocab_size)] for t in (bpe, unigram)]
+    assert all(score.is_integer() for score in scores[0])
+    assert not all(score.is_integer() for score in scores[1])
+
+
+def test_separate_vocabularies(tmp_path):
+    tokenizers = Tokenizers.train(PAIRS, replace(DATA, joint_vocab=False), tmp_path)
+    assert not tokenizers.joint
+    assert sorted(p.name for p in (tmp_path / "tokenizer").iterdir()) == ["src.model", "tgt.model"]
+    assert UNK_ID in tokenizers.src.encode("dîner")  # î only occurs on the French side
+    assert UNK_ID not in tokenizers.tgt.encode("dîner")
+    loaded = Tokenizers.load(tmp_path)
+    assert loaded.tgt.encode(FRENCH[4]) == tokenizers.tgt.encode(FRENCH[4])
+    # Retraining with a joint vocabulary replaces both files.
+    Tokenizers.train(PAIRS, DATA, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "tokenizer").iterdir()) == ["joint.model"]
+
+
+def test_too_large_vocab_gives_a_smaller_one_quietly(tmp_path, capfd):
+    tokenizers = Tokenizers.train(PAIRS, replace(DATA, vocab_size=8000), tmp_path)
+    assert 40 < tokenizers.src.vocab_size < 8000
+    assert capfd.readouterr().err == ""  # no SentencePiece log on stderr
+
+
+def test_too_small_vocab_is_a_clear_error(tmp_path):
+    with pytest.raises(UserError, match="vocab_size=10 .*Vocabulary size is smaller"):
+        Tokenizers.train(PAIRS, replace(DATA, vocab_size=10), tmp_path)
+
+
+def test_load_errors_name_the_folder_or_file(tmp_path):
+    with pytest.raises(UserError, match=r"no tokenizer in .*tokenizer: expected joint.model"):
+        Tokenizers.load(tmp_path)
+    (tmp_path / "tokenizer").mkdir()
+    (tmp_path / "tokenizer" / "joint.model").write_bytes(b"not a model")
+    with pytest.raises(UserError, match=r"joint\.model: not a SentencePiece model"):
+        Tokenizers.load(tmp_path)
+    with pytest.raises(UserError, match="file not found"):
+        Tokenizer.load(tmp_path / "missing.model")
+
+
+def test_model_with_other_special_ids_is_refused(tmp_path):
+    model = io.BytesIO()  # SentencePiece's defaults: unk 0, bos 1, eos 2, no pad
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(ENGLISH), model_writer=model, vocab_size=40, minloglevel=2
+    )
+    (tmp_path / "other.model").write_bytes(model.getvalue())
+    with pytest.raises(UserError, match=r"other\.model: special ids must be .*got \{0: '<unk>'"):
+        Tokenizer.load(tmp_path / "other.model")
+
+
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"real corpora not found in {SHARED_DATA}")
+def test_joint_bpe_8000_on_multi30k(tmp_path):
+    folder = SHARED_DATA / "multi30k"
+    train = read_parallel(folder / "train.de.gz", folder / "train.en.gz")
+    tokenizers = Tokenizers.train(train, DataConfig(vocab_size=8000), tmp_path)
+    assert tokenizers.src.vocab_size == 8000
+    for de, en in read_parallel(folder / "val.de.gz", folder / "val.en.gz")[:100]:
+        assert tokenizers.src.decode(tokenizers.src.encode(de)) == " ".join(de.split())
+        assert tokenizers.tgt.decode(tokenizers.tgt.encode(en)) == " ".join(en.split())
