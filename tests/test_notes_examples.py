@@ -11,7 +11,7 @@ import torch
 
 from transformer.attention import attention_reference, identity_attention
 from transformer.embeddings import sinusoidal_table
-from transformer.layers import LayerNorm
+from transformer.layers import LayerNorm, layer_norm_reference
 from transformer.masks import combined_mask, look_ahead_mask, padding_mask
 
 # Notes (seed 004): "The", "CAT", "SAT" embedded in 4 dimensions.
@@ -75,7 +75,9 @@ def test_scaling_keeps_softmax_from_saturating():
 
 def test_layer_norm_of_2_4_6_8():
     norm = LayerNorm(4, eps=1e-5)
-    y = norm(torch.tensor([2.0, 4.0, 6.0, 8.0]))
+    x = torch.tensor([2.0, 4.0, 6.0, 8.0])
+    y = norm(x)
+    torch.testing.assert_close(layer_norm_reference(x, norm.gamma, norm.beta, 1e-5), y)
     # μ = 5, σ² = 5, √(5 + 1e-5) = 2.23607.
     sd = math.sqrt(5.0 + 1e-5)
     expected = torch.tensor([(v - 5.0) / sd for v in (2.0, 4.0, 6.0, 8.0)])

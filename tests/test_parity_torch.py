@@ -180,7 +180,7 @@ def test_encoder_decoder_stack_matches_torch_transformer(norm_first):
 
 
 def test_layer_norm_matches_torch():
-    from transformer.layers import LayerNorm
+    from transformer.layers import LayerNorm, layer_norm_reference
 
     torch.manual_seed(0)
     ours, theirs = LayerNorm(16, eps=1e-5), nn.LayerNorm(16, eps=1e-5)
@@ -190,3 +190,6 @@ def test_layer_norm_matches_torch():
         copy_norm(ours, theirs)
     x = torch.randn(3, 5, 16) * 4 + 2
     assert (ours(x) - theirs(x)).abs().max() < TOL
+    # The notes' four steps give the same numbers as the fused kernel.
+    steps = layer_norm_reference(x, ours.gamma, ours.beta, ours.eps)
+    assert (steps - theirs(x)).abs().max() < TOL
