@@ -8,6 +8,7 @@ Special token ids are fixed project-wide so that a model, its tokenizer and its 
 
 from __future__ import annotations
 
+import contextlib
 import typing
 from dataclasses import asdict, dataclass, replace
 
@@ -178,6 +179,7 @@ class TrainConfig:
     max_epochs: int = 0  # 0: no limit
     max_minutes: float = 0.0  # wall-clock budget; 0: no limit
     lr_factor: float = 1.0  # lr = factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
+    peak_lr: float = 0.0  # if > 0: the factor is chosen so that the lr peaks at this value
     warmup_steps: int = 4000
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
@@ -201,6 +203,8 @@ class TrainConfig:
             "validate_every", "save_every", "keep_checkpoints",
         )  # fmt: skip
         _check_probability(self, "label_smoothing")
+        if self.peak_lr < 0:
+            raise ValueError(f"TrainConfig.peak_lr must be >= 0, got {self.peak_lr!r}")
         for name in ("lr_factor", "adam_eps"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"TrainConfig.{name} must be > 0, got {getattr(self, name)!r}")
@@ -221,10 +225,10 @@ class DecodeConfig:
     temperature: float = 1.0
     top_k: int = 0  # sample from the k most likely tokens; 0: all
     batch_size: int = 64  # sentences per batch
-    max_tokens: int = 8192  # source tokens per batch
+    max_source_tokens: int = 8192  # source tokens per batch, padding included
 
     def __post_init__(self) -> None:
-        _check_positive(self, "beam_size", "nbest", "batch_size", "max_tokens")
+        _check_positive(self, "beam_size", "nbest", "batch_size", "max_source_tokens")
         if self.nbest > self.beam_size and not self.sampling:
             raise ValueError(
                 f"DecodeConfig.nbest ({self.nbest}) cannot exceed beam_size ({self.beam_size})"
@@ -262,9 +266,12 @@ def _field_types(cls: type) -> dict[str, object]:
 
 def _coerce(section: str, key: str, value: object, expected: object, origin: str) -> object:
     """Checks (and for CLI strings, converts) one value against the dataclass field's type."""
+    allowed = typing.get_args(expected) or (expected,)
     if isinstance(value, str) and expected is not str:
         value = yaml.safe_load(value) if value.strip() else value  # "100" -> 100, "true" -> True
-    allowed = typing.get_args(expected) or (expected,)
+    if isinstance(value, str) and float in allowed:
+        with contextlib.suppress(ValueError):  # YAML 1.1 reads "3e-4" (no dot) as a string
+            value = float(value)
     if value is None and type(None) in allowed:
         return None
     if bool in allowed and isinstance(value, bool):
@@ -322,10 +329,7 @@ def _resolve_key(raw: str) -> tuple[str, str]:
     owners = [section for section, cls in SECTIONS.items() if name in _field_types(cls)]
     if not owners:
         raise UserError(f"--{raw}: unknown config key {name!r}")
-    if len(owners) > 1:
-        choices = ", ".join(f"--{s}.{name}" for s in owners)
-        raise UserError(f"--{raw} is ambiguous: use one of {choices}")
-    return owners[0], name
+    return owners[0], name  # keys are unique across sections (tested)
 
 
 def parse_overrides(args: list[str]) -> dict[str, str]:

@@ -1,0 +1,418 @@
+"""Search invariants: cached = uncached, beam 1 = greedy, alone = in a batch, scores = rescoring,
+and hand-built stub models whose best answers are known by construction."""
+
+import math
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from transformer.beam import beam_search
+from transformer.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, ModelConfig
+from transformer.decoding import _length_batches, greedy_search, sample, translate_ids
+from transformer.masks import padding_mask
+from transformer.model import Transformer
+
+V = 30  # target vocabulary of the tiny models
+
+
+def tiny(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    overrides = {"dropout": 0.0, **overrides}
+    cfg = ModelConfig.preset("tiny", src_vocab_size=40, tgt_vocab_size=V, **overrides)
+    return Transformer(cfg).eval()
+
+
+def varied() -> Transformer:
+    """A random model whose outputs vary with the source and position and sometimes end early.
+
+    With the default initialisation a random Transformer repeats one token forever and never
+    ends, which would make the equalities below easy to pass by accident.
+    """
+    model = tiny(norm_first=True, positional="learned", tie_output=False)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 1.0)
+        model.output.weight[EOS_ID] *= 1.5  # some sentences end before their limit, some do not
+    return model
+
+
+# Source sentences of different lengths (no padding inside).
+SENTENCES = [[5, 6, 7, 8, 9, 3], [10, 11, 3], [12, 13, 14, 15, 16, 17, 18, 19, 3], [20, 3]]
+
+
+def padded(sentences: list[list[int]]) -> Tensor:
+    width = max(len(s) for s in sentences)
+    return torch.tensor([s + [PAD_ID] * (width - len(s)) for s in sentences])
+
+
+def rescore(model: Transformer, src: list[int], tokens: list[int]) -> float:
+    """log P(tokens + EOS | src) from one teacher-forced forward pass."""
+    gold = tokens + [EOS_ID]
+    with torch.no_grad():
+        logits = model(torch.tensor([src]), torch.tensor([[BOS_ID] + tokens]))
+    log_probs = torch.log_softmax(logits[0].float(), dim=-1)  # (T, V)
+    return log_probs[torch.arange(len(gold)), torch.tensor(gold)].sum().item()
+
+
+def assert_same(a, b, tol=1e-4):
+    """Same tokens, same scores and log-probs (hypotheses or lists of them)."""
+    if isinstance(a, list):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert_same(x, y, tol)
+        return
+    assert a.tokens == b.tokens
+    # float32 sums over up to ~50 steps: allow a relative difference too.
+    assert a.score == pytest.approx(b.score, rel=1e-5, abs=tol)
+    assert a.log_prob == pytest.approx(b.log_prob, rel=1e-5, abs=tol)
+
+
+# --- The cache -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides", [{}, {"norm_first": True, "positional": "learned"}], ids=["post", "pre"]
+)
+def test_cached_logits_equal_full_prefix_logits_step_by_step(overrides):
+    model = tiny(**overrides)
+    # Rows 0, 1 share a source and rows 2, 3 share one, like the beams of two sentences.
+    src = padded([[5, 6, 7, 3], [5, 6, 7, 3], [8, 9, 3], [8, 9, 3]])
+    torch.manual_seed(1)
+    tgt = torch.randint(4, V, (4, 9))
+    tgt[:, 0] = BOS_ID
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        cache = model.new_cache()
+        for t in range(tgt.size(1)):
+            step = model.decode(tgt[:, t : t + 1], memory, src_mask, cache)[:, 0]  # (B, V)
+            full = model.decode(tgt[:, : t + 1], memory, src_mask)[:, -1]
+            assert (step - full).abs().max() <= 1e-5, f"step {t}"
+            if t == 3:  # beam reordering within each sentence: row 0 continues row 1, ...
+                index = torch.tensor([1, 1, 3, 2])
+                cache.reorder(index)
+                tgt = torch.cat([tgt[index, : t + 1], tgt[:, t + 1 :]], dim=1)
+            if t == 5:  # sentence 0 has finished and leaves the batch
+                index = torch.tensor([2, 3])
+                cache.keep(index)
+                tgt, memory, src_mask = tgt[index], memory[index], src_mask[index]
+        assert cache.length == tgt.size(1)
+
+
+SEARCHES = {
+    "greedy": lambda m, src, **kw: greedy_search(m, src, max_len_b=12, **kw),
+    "beam": lambda m, src, **kw: beam_search(m, src, beam_size=4, nbest=3, max_len_b=12, **kw),
+    "sample": lambda m, src, **kw: sample(
+        m, src, max_len_b=12, generator=torch.Generator().manual_seed(7), **kw
+    ),
+}
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+@pytest.mark.parametrize("make_model", [tiny, varied], ids=["tiny", "varied"])
+def test_cached_and_uncached_search_agree(search, make_model):
+    model, src = make_model(), padded(SENTENCES)
+    cached = SEARCHES[search](model, src, use_cache=True)
+    uncached = SEARCHES[search](model, src, use_cache=False)
+    assert_same(cached, uncached)
+
+
+# --- Searches on a random model --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_beam_size_one_equals_greedy(use_cache):
+    model, src = varied(), padded(SENTENCES)
+    greedy = greedy_search(model, src, max_len_b=12, use_cache=use_cache)
+    beam = beam_search(model, src, 1, 0.0, max_len_b=12, use_cache=use_cache)
+    assert_same([[hyp] for hyp in greedy], beam)
+    limits = [len(s) + 12 for s in SENTENCES]
+    assert any(len(h.tokens) < n for h, n in zip(greedy, limits, strict=True)), "all hit the limit"
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_sentence_alone_equals_sentence_inside_a_padded_batch(search):
+    model = varied()
+    batch = SEARCHES[search](model, padded(SENTENCES))
+    for i, sentence in enumerate(SENTENCES):
+        alone = SEARCHES[search](model, torch.tensor([sentence]))
+        assert_same(alone[0], batch[i])
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
+def test_nbest_scores_equal_teacher_forced_rescoring(alpha):
+    model = varied()
+    results = beam_search(model, padded(SENTENCES), 5, alpha, 1.0, 6, nbest=5)
+    for sentence, nbest in zip(SENTENCES, results, strict=True):
+        assert len(nbest) == 5
+        scores = [h.score for h in nbest]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in nbest}) == 5, "n-best entries must differ"
+        for hyp in nbest:
+            log_prob = rescore(model, sentence, hyp.tokens)
+            assert hyp.log_prob == pytest.approx(log_prob, abs=1e-4)
+            penalty = ((5 + len(hyp.tokens) + 1) / 6) ** alpha  # GNMT lp, EOS counted
+            assert hyp.score == pytest.approx(log_prob / penalty, abs=1e-4)
+    for sentence, hyp in zip(SENTENCES, greedy_search(model, padded(SENTENCES)), strict=True):
+        assert hyp.score == pytest.approx(rescore(model, sentence, hyp.tokens), abs=1e-4)
+
+
+@pytest.mark.parametrize(("a", "b"), [(0.0, 0), (0.0, 3), (0.5, 1), (1.5, 2)])
+def test_max_length_is_respected_and_hypotheses_end_cleanly(a, b):
+    model = varied()
+    src = padded(SENTENCES)
+    limits = [math.floor(a * len(s) + b) for s in SENTENCES]
+    outputs = {
+        "greedy": [[h] for h in greedy_search(model, src, a, b)],
+        "beam": beam_search(model, src, 3, 0.6, a, b, nbest=3),
+        "sample": [[h] for h in sample(model, src, 1.0, 0, a, b, torch.Generator().manual_seed(0))],
+    }
+    for name, results in outputs.items():
+        for limit, hyps in zip(limits, results, strict=True):
+            for hyp in hyps:
+                assert len(hyp.tokens) <= limit, name
+                assert not {PAD_ID, BOS_ID, EOS_ID} & set(hyp.tokens), name
+
+
+def test_max_length_is_capped_by_the_model_positions():
+    model = tiny(max_positions=10)
+    hyps = greedy_search(model, padded(SENTENCES), max_len_a=0.0, max_len_b=50)
+    assert max(len(h.tokens) for h in hyps) <= 9  # <s> + 9 tokens fill the 10 positions
+
+
+def test_search_restores_the_training_mode_and_uses_eval_semantics():
+    model = tiny(dropout=0.3)
+    expected = greedy_search(model, padded(SENTENCES))
+    model.train()
+    got = greedy_search(model, padded(SENTENCES))
+    assert_same(got, expected)  # no dropout inside the search
+    assert all(module.training for module in model.modules())
+
+
+# --- A stub model with hand-set distributions ------------------------------------------------
+
+A, B, C, D, X, Y, Z = 4, 5, 6, 7, 8, 9, 10  # target tokens of the stub (vocabulary 12)
+
+
+class StubCache:
+    """Remembers each row's prefix, as a DecoderCache remembers keys and values."""
+
+    def __init__(self) -> None:
+        self.prefix: Tensor | None = None
+
+    def reorder(self, index: Tensor) -> None:
+        assert self.prefix is not None
+        self.prefix = self.prefix.index_select(0, index)
+
+    keep = reorder
+
+
+class Stub(nn.Module):
+    """P(next | prefix) = table[prefix without BOS], else ``default``, whatever the source."""
+
+    def __init__(self, table: dict[tuple, dict[int, float]], default=None) -> None:
+        super().__init__()
+        self.table, self.default = table, default or {EOS_ID: 1.0}
+        self.rows_seen: list[int] = []  # batch rows of every decode call
+
+    def encode(self, src_ids: Tensor) -> tuple[Tensor, Tensor]:
+        return src_ids[:, :, None].float(), padding_mask(src_ids)
+
+    def new_cache(self) -> StubCache:
+        return StubCache()
+
+    def decode(self, tgt_ids, memory, src_mask, cache=None) -> Tensor:
+        assert memory.size(0) == tgt_ids.size(0) == src_mask.size(0)
+        self.rows_seen.append(tgt_ids.size(0))
+        new = tgt_ids.size(1)
+        if cache is not None:
+            assert new == 1, "incremental decoding feeds one new token"
+            prev = cache.prefix
+            cache.prefix = tgt_ids if prev is None else torch.cat([prev, tgt_ids], dim=1)
+            tgt_ids = cache.prefix
+        assert (tgt_ids[:, 0] == BOS_ID).all()
+        logits = [
+            [self._logits(tuple(ids[1 : t + 1])) for t in range(len(ids))]
+            for ids in tgt_ids.tolist()
+        ]
+        return torch.tensor(logits)[:, -new:]  # (B, new, 12)
+
+    def _logits(self, prefix: tuple) -> list[float]:
+        probs = torch.zeros(12)
+        for token, p in self.table.get(prefix, self.default).items():
+            probs[token] = p
+        return probs.log().tolist()
+
+    def log_probs(self, logits: Tensor) -> Tensor:
+        return torch.log_softmax(logits, dim=-1)
+
+
+SRC = torch.tensor([[A, EOS_ID]])
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_beam_beats_myopic_greedy_and_does_not_stop_at_the_first_eos(use_cache):
+    # Greedy takes A (0.5) then EOS (0.6): P = 0.30. At step 2 the beam has ended "A" (0.30)
+    # but still runs "B Y" (0.36), which then ends with P = 0.36: a search that stops at the
+    # first finished hypothesis returns "A".
+    stub = Stub({(): {A: 0.5, B: 0.4, C: 0.1}, (A,): {EOS_ID: 0.6, X: 0.4}, (B,): {Y: 0.9, Z: 0.1}})
+    greedy = greedy_search(stub, SRC, use_cache=use_cache)[0]
+    assert greedy.tokens == [A]
+    assert greedy.log_prob == pytest.approx(math.log(0.5 * 0.6))
+    best, second = beam_search(stub, SRC, 2, 0.0, nbest=2, use_cache=use_cache)[0]
+    assert (best.tokens, second.tokens) == ([B, Y], [A])
+    assert best.score == pytest.approx(math.log(0.36))
+    assert second.score == pytest.approx(math.log(0.30))
+    assert beam_search(stub, SRC, 2, 0.0, use_cache=use_cache)[0][0].tokens == [B, Y]
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_length_penalty_bound_keeps_searching_for_a_longer_better_hypothesis(use_cache):
+    # α = 1: lp(L) = (5 + L) / 6. "A" ends at step 2 with log 0.54 / lp(2) = -0.528. The running
+    # beam "B D" has log 0.4 = -0.916: over lp(3) it looks hopeless (-0.687), but it can still
+    # finish longer; "B D D D D" scores log 0.4 / lp(6) = -0.500 and wins.
+    table = {(): {A: 0.6, B: 0.4}, (A,): {EOS_ID: 0.9, C: 0.1}}
+    table.update({(B,) + (D,) * n: {D: 1.0} for n in range(4)})  # B, B D, .., B D D D -> D
+    stub = Stub(table)
+    hyp = beam_search(stub, SRC, 2, 1.0, max_len_a=0.0, max_len_b=10, use_cache=use_cache)[0][0]
+    assert hyp.tokens == [B, D, D, D, D]
+    assert hyp.log_prob == pytest.approx(math.log(0.4))
+    assert hyp.score == pytest.approx(math.log(0.4) / (11 / 6))
+    # With room for only 4 tokens nothing running can beat "A": log 0.4 / lp(5) = -0.550.
+    short = beam_search(stub, SRC, 2, 1.0, max_len_a=0.0, max_len_b=4, use_cache=use_cache)[0][0]
+    assert short.tokens == [A]
+
+
+# PAD and BOS are the most likely "tokens"; EOS is rare but possible.
+GREEDY_TRAP = {PAD_ID: 0.4, BOS_ID: 0.3, A: 0.2, B: 0.099, EOS_ID: 0.001}
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_pad_and_bos_are_never_generated_and_eos_is_forced_at_the_limit(use_cache):
+    stub = Stub({}, default=GREEDY_TRAP)
+    src = padded([[A], [A, B, C], [A, B, C, D, X]])
+    limits = [3, 6, 9]  # floor(1.5 · len + 2)
+    for hyp, limit in zip(greedy_search(stub, src, 1.5, 2, use_cache), limits, strict=True):
+        assert hyp.tokens == [A] * limit
+        assert hyp.log_prob == pytest.approx(limit * math.log(0.2) + math.log(0.001))
+    # Beam (α = 0): ending at once (0.001) beats any longer hypothesis; the forced ends follow.
+    beams = beam_search(stub, src, 3, 0.0, 1.5, 2, 3, use_cache)
+    for nbest, limit in zip(beams, limits, strict=True):
+        assert nbest[0].tokens == []
+        assert nbest[1].tokens == [A] * limit
+        assert nbest[1].log_prob == pytest.approx(limit * math.log(0.2) + math.log(0.001))
+        assert all(len(h.tokens) <= limit and set(h.tokens) <= {A, B} for h in nbest)
+    generator = torch.Generator().manual_seed(0)
+    for hyp, limit in zip(sample(stub, src, 1.0, 2, 1.5, 2, generator), limits, strict=True):
+        assert len(hyp.tokens) == limit  # top-2 excludes EOS until it is forced
+        assert set(hyp.tokens) <= {A, B}
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_finished_sentences_leave_the_running_batch(use_cache):
+    src = padded([[A], [A, B, C, D, X]])  # limits 1 and 5 tokens (a = 1, b = 0)
+    stub = Stub({}, default=GREEDY_TRAP)
+    greedy_search(stub, src, 1.0, 0, use_cache)
+    assert stub.rows_seen == [2, 2, 1, 1, 1, 1]
+    stub.rows_seen.clear()
+    beam_search(stub, src, 2, 0.0, 1.0, 0, use_cache=use_cache)
+    assert stub.rows_seen == [4, 4, 2, 2, 2, 2]  # K = 2 rows per sentence
+
+
+# --- Sampling --------------------------------------------------------------------------------
+
+
+def test_sampling_with_top_k_1_equals_greedy():
+    model, src = varied(), padded(SENTENCES)
+    generator = torch.Generator().manual_seed(0)
+    assert_same(sample(model, src, 1.0, 1, generator=generator), greedy_search(model, src))
+
+
+def test_same_seed_same_samples():
+    model, src = varied(), padded(SENTENCES * 2)
+    runs = [sample(model, src, generator=torch.Generator().manual_seed(s)) for s in (1, 1, 2)]
+    assert_same(runs[0], runs[1])
+    assert [h.tokens for h in runs[0]] != [h.tokens for h in runs[2]]
+
+
+def first_tokens(stub: Stub, n: int, **kwargs) -> list[int]:
+    hyps = sample(stub, SRC.repeat(n, 1), generator=torch.Generator().manual_seed(0), **kwargs)
+    return [h.tokens[0] for h in hyps]
+
+
+@pytest.mark.parametrize(
+    ("temperature", "expected"),
+    [(1.0, 0.7), (2.0, 0.7**0.5 / (0.7**0.5 + 0.3**0.5)), (0.5, 0.49 / 0.58)],
+)
+def test_sampling_frequencies_follow_the_tempered_distribution(temperature, expected):
+    stub = Stub({(): {A: 0.7, B: 0.3}})
+    tokens = first_tokens(stub, 2000, temperature=temperature)
+    assert tokens.count(A) / 2000 == pytest.approx(expected, abs=0.035)
+    # The reported log-prob is the model's own, not the tempered one.
+    hyp = sample(stub, SRC, temperature=temperature)[0]
+    assert hyp.log_prob == pytest.approx(math.log({A: 0.7, B: 0.3}[hyp.tokens[0]]))
+
+
+def test_top_k_restricts_the_support_to_the_k_most_likely_tokens():
+    stub = Stub({(): {A: 0.3, B: 0.25, C: 0.2, D: 0.15, X: 0.1}})
+    assert set(first_tokens(stub, 500, top_k=0)) == {A, B, C, D, X}
+    top2 = first_tokens(stub, 2000, top_k=2)
+    assert set(top2) == {A, B}
+    assert top2.count(A) / 2000 == pytest.approx(0.3 / 0.55, abs=0.035)
+
+
+# --- translate_ids ---------------------------------------------------------------------------
+
+CORPUS = [[5, 6, 3], [], [7, 8, 9, 10, 11, 12, 3], [13, 3], [14, 15, 16, 3], [17, 3], [18, 19, 3]]
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_translate_ids_returns_input_order_whatever_the_batching(beam_size):
+    model = varied()
+    nbest = min(2, beam_size)
+    configs = [
+        DecodeConfig(beam_size, nbest=nbest, max_len_b=10, batch_size=size) for size in (1, 3, 64)
+    ]
+    configs.append(DecodeConfig(beam_size, nbest=nbest, max_len_b=10, max_source_tokens=9))
+    runs = [translate_ids(model, CORPUS, config) for config in configs]
+    for run in runs[1:]:
+        assert_same(run, runs[0])
+    for sentence, hyps in zip(CORPUS, runs[0], strict=True):
+        src = torch.tensor([sentence or [PAD_ID]])  # an empty sentence is a row of padding
+        if beam_size == 1:
+            assert_same(hyps, [greedy_search(model, src, 1.0, 10)[0]])
+        else:
+            assert_same(hyps, beam_search(model, src, beam_size, 0.6, 1.0, 10, nbest)[0])
+    assert len(runs[0][1]) == nbest  # the empty sentence gets hypotheses too
+
+
+def test_translate_ids_sampling_gives_nbest_samples_sorted_and_reproducible():
+    model = varied()
+    config = DecodeConfig(sampling=True, nbest=3, top_k=5, batch_size=2)
+    first, again = (
+        translate_ids(model, CORPUS, config, generator=torch.Generator().manual_seed(3))
+        for _ in range(2)
+    )
+    assert_same(first, again)
+    for hyps in first:
+        assert len(hyps) == 3
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+
+
+def test_empty_inputs_and_padding_inside_a_sentence():
+    model, empty = varied(), torch.zeros(0, 3, dtype=torch.long)
+    assert greedy_search(model, empty) == beam_search(model, empty) == []
+    assert translate_ids(model, [], DecodeConfig()) == []
+    with pytest.raises(ValueError, match="padding"):
+        translate_ids(model, [[5, PAD_ID, 6]], DecodeConfig())
+
+
+def test_length_batches_respect_the_limits():
+    lengths = [5, 1, 3, 0, 7, 2, 2, 9]
+    batches = _length_batches(lengths, DecodeConfig(batch_size=3, max_source_tokens=12))
+    assert [lengths[i] for batch in batches for i in batch] == sorted(lengths)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    for batch in batches:
+        assert len(batch) <= 3
+        assert len(batch) == 1 or len(batch) * max(lengths[i] for i in batch) <= 12
