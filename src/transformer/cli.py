@@ -10,30 +10,31 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from .config import MODEL_PRESETS, ModelConfig
+from .config import MODEL_PRESETS, ModelConfig, RunConfig, load_config, parse_overrides
 from .errors import UserError
 
+Subparsers = argparse._SubParsersAction
 
+
+# ---------------------------------------------------------------------------------------- info
 def _cmd_info(args: argparse.Namespace) -> None:
     from .info import format_table, parameter_table
     from .model import Transformer
 
-    overrides = {}
+    overrides: dict[str, object] = {"norm_first": args.pre_norm}
     if args.src_vocab is not None:
         overrides["src_vocab_size"] = args.src_vocab
     if args.tgt_vocab is not None:
         overrides["tgt_vocab_size"] = args.tgt_vocab
     if args.share_embeddings:
         overrides["share_embeddings"] = True
-    if args.pre_norm:
-        overrides["norm_first"] = True
     config = ModelConfig.preset(args.preset, **overrides)
-    model = Transformer(config)
-    print(format_table(parameter_table(model), config))
+    print(format_table(parameter_table(Transformer(config)), config))
 
 
-def _add_info(sub: argparse._SubParsersAction) -> None:
+def _add_info(sub: Subparsers) -> None:
     p = sub.add_parser("info", help="parameter counts per part of a model preset")
     p.add_argument("--preset", default="base", choices=sorted(MODEL_PRESETS))
     p.add_argument("--src-vocab", type=int, help="source vocabulary size")
@@ -49,7 +50,270 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_info)
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_info]
+# --------------------------------------------------------------------------------------- train
+def builtin_config(name: str) -> Path | None:
+    """The path of a config shipped with the package (``configs/NAME.yaml``), if there is one."""
+    path = Path(__file__).parent / "configs" / f"{name}.yaml"
+    return path if path.exists() else None
+
+
+def run_config_from_args(args: argparse.Namespace, extra: list[str]) -> tuple[RunConfig, Path]:
+    """The RunConfig and output folder from --config, --src/--tgt, --out and --key value pairs."""
+    overrides = parse_overrides(extra)
+    for flag in ("src", "tgt"):
+        if getattr(args, flag) is not None:
+            overrides[f"data.{flag}"] = getattr(args, flag)
+    if "data.src" in overrides and not any(k in overrides for k in ("corpus", "data.corpus")):
+        overrides["data.corpus"] = "null"  # files given: no named corpus
+    path, base = args.config, None
+    if path is not None and not Path(path).exists() and builtin_config(path) is not None:
+        path = str(builtin_config(path))
+    if args.resume and path is None:
+        from .prepare import saved_config
+
+        if args.out is None:
+            raise UserError("--resume needs --out DIR (the run to continue)")
+        base = saved_config(Path(args.out)).to_dict()
+    config = load_config(path, overrides, base)
+    if args.out is not None:
+        return config, Path(args.out)
+    d = config.data
+    return config, Path("runs") / f"{d.corpus or 'custom'}-{d.src_lang}-{d.tgt_lang}"
+
+
+def _cmd_train(args: argparse.Namespace, extra: list[str]) -> None:
+    from .train import train
+
+    config, out = run_config_from_args(args, extra)
+    result = train(
+        config, out, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet
+    )
+    print(
+        f"trained {result.step} steps in {result.seconds:.0f} s; model directory: {result.out_dir}"
+    )
+
+
+TRAIN_EPILOG = """\
+any config key can be set with --key value (or --section.key value), e.g.
+  --preset tiny  --d_model 128  --train.max_steps 2000  --label_smoothing 0  --bf16 true
+examples:
+  transformer train --config numbers                        # the built-in default task
+  transformer train --config multi30k-de-en --data_dir ../shared/data
+  transformer train --src train.de --tgt train.en --src_lang de --tgt_lang en --out runs/de-en
+  transformer train --src fra-eng.zip --src_lang en --tgt_lang fr      # Tatoeba/Anki TSV pairs
+  transformer train --out runs/de-en --resume --max_steps 20000        # continue a run
+"""
+
+
+def _add_train(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a model on parallel text",
+        epilog=TRAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # so that --key value overrides are never taken for abbreviations
+    )
+    p.add_argument("--config", help="YAML file, or a built-in name: numbers, multi30k-de-en")
+    p.add_argument("--src", help="training source file (.gz ok), or a TSV/zip of pairs")
+    p.add_argument("--tgt", help="training target file, line-aligned with --src")
+    p.add_argument("--out", help="model directory (default: runs/CORPUS-SRC-TGT)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_train, takes_overrides=True)
+
+
+# ---------------------------------------------------------------------------------------- demo
+def _cmd_demo(args: argparse.Namespace) -> None:
+    from .demo import run_demo
+
+    run_demo(Path(args.out), progress=not args.quiet)
+
+
+def _add_demo(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "demo", help="train the built-in number-words model and translate its test set"
+    )
+    p.add_argument("--out", default="runs/numbers-en-fr", help="model directory (replaced)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_demo)
+
+
+# ------------------------------------------------------------------ translate, evaluate, average
+def _load(model_dir: str, which: str):
+    """(model, tokenizers, config) from a model directory or one of its checkpoint folders."""
+    from .checkpoint import load_checkpoint, model_dir_of
+    from .tokenizer import Tokenizers
+
+    loaded = load_checkpoint(Path(model_dir), which)
+    return loaded.model, Tokenizers.load(model_dir_of(loaded.path)), loaded.config
+
+
+# DecodeConfig fields that translate / evaluate take from the command line.
+SEARCH_OPTIONS = ("beam_size", "nbest", "length_penalty", "max_len_a", "max_len_b", "batch_size",
+                  "max_source_tokens", "temperature", "top_k")  # fmt: skip
+
+
+def _decode_config(args: argparse.Namespace, config: RunConfig):
+    """The run's DecodeConfig with the command-line search options applied."""
+    from dataclasses import replace
+
+    changes = {
+        name: getattr(args, name)
+        for name in SEARCH_OPTIONS
+        if getattr(args, name, None) is not None
+    }
+    if getattr(args, "sampling", False):
+        changes["sampling"] = True
+    if changes.get("nbest", 1) > config.decode.beam_size and "beam_size" not in changes:
+        changes["beam_size"] = changes["nbest"]
+    return replace(config.decode, **changes)
+
+
+def _add_decode_options(p: argparse.ArgumentParser, nbest: bool) -> None:
+    g = p.add_argument_group("search (defaults: the model's decode config)")
+    g.add_argument("--beam", dest="beam_size", type=int, help="beam size; 1 = greedy search")
+    if nbest:
+        g.add_argument("--nbest", type=int, help="print the N best translations with scores")
+    g.add_argument("--length-penalty", type=float, help="GNMT length penalty alpha (0 = none)")
+    g.add_argument("--max-len-a", type=float, help="output length limit a*source_length + b")
+    g.add_argument("--max-len-b", type=int, help="output length limit a*source_length + b")
+    g.add_argument("--batch-size", type=int, help="sentences per batch")
+    g.add_argument(
+        "--max-tokens", dest="max_source_tokens", type=int, help="source tokens per batch"
+    )
+    g.add_argument("--sampling", action="store_true", help="sample instead of searching")
+    g.add_argument("--temperature", type=float, help="sampling temperature")
+    g.add_argument("--top-k", type=int, help="sample among the k most likely tokens")
+    p.add_argument(
+        "--checkpoint", default="best", choices=["best", "last"], help="which checkpoint to load"
+    )
+
+
+def _cmd_translate(args: argparse.Namespace) -> None:
+    from .data import read_lines
+    from .translator import translate_lines
+
+    model, tokenizers, config = _load(args.model_dir, args.checkpoint)
+    decode = _decode_config(args, config)
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    interactive = args.input is None and sys.stdin.isatty()
+
+    def write(line: str) -> None:
+        print(line, file=out, flush=interactive)
+
+    def warn(message: str) -> None:
+        print(f"transformer translate: warning: {message}", file=sys.stderr)
+
+    if args.input is not None:
+        lines = read_lines(args.input)
+    elif interactive:
+        print("Type a sentence and press Enter (Ctrl-D to quit).", file=sys.stderr)
+        lines = _prompted_lines()
+    else:
+        lines = _stdin_lines()
+    try:
+        translate_lines(
+            model, tokenizers, lines, decode, write, warn, chunk=1 if interactive else 2000
+        )
+    finally:
+        if out is not sys.stdout:
+            out.close()
+
+
+def _prompted_lines():
+    while True:
+        try:
+            yield input("> ")
+        except EOFError:
+            return
+
+
+def _stdin_lines():
+    """Lines of standard input, decoded strictly as UTF-8 (errors name the line)."""
+    for number, raw in enumerate(sys.stdin.buffer, 1):
+        try:
+            yield raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as error:
+            raise UserError(f"<stdin>:{number}: invalid UTF-8 ({error.reason})") from None
+
+
+def _add_translate(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "translate",
+        help="translate sentences (stdin, a file, or interactively)",
+        description="Translates one sentence per line. Empty lines stay empty; a line longer "
+        "than the model accepts is truncated with a warning on stderr.",
+    )
+    p.add_argument("model_dir", help="model directory (or one of its checkpoint folders)")
+    p.add_argument("--input", "-i", help="file to translate (default: standard input)")
+    p.add_argument("--output", "-o", help="write translations here (default: standard output)")
+    _add_decode_options(p, nbest=True)
+    p.set_defaults(func=_cmd_translate)
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> None:
+    from .data import load_splits, read_lines
+    from .evaluate import score_translations
+    from .translator import translate
+
+    model, tokenizers, config = _load(args.model_dir, args.checkpoint)
+    decode = _decode_config(args, config)
+    if (args.src is None) != (args.ref is None):
+        raise UserError("give both --src and --ref, or neither (to use the run's test split)")
+    if args.src is not None:
+        sources, references = read_lines(args.src), read_lines(args.ref)
+        name = Path(args.src).name
+    else:
+        test = load_splits(config.data).test
+        if not test:
+            raise UserError("the run's corpus has no test split; pass --src and --ref")
+        sources, references, name = [s for s, _ in test], [t for _, t in test], "test"
+    if len(sources) != len(references):
+        raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+    result = translate(model, tokenizers, sources, decode)
+    output = Path(args.output) if args.output else Path(args.model_dir) / f"{name}.hyp"
+    output.write_text("".join(h + "\n" for h in result.best), encoding="utf-8")
+    if result.truncated:
+        print(f"warning: {len(result.truncated)} source lines were truncated", file=sys.stderr)
+    for score in score_translations(result.best, references, lowercase=args.lowercase):
+        print(score)
+    print(f"hypotheses: {output}")
+
+
+def _add_evaluate(sub: Subparsers) -> None:
+    p = sub.add_parser("evaluate", help="translate a test set and score it with sacreBLEU")
+    p.add_argument("model_dir", help="model directory (or one of its checkpoint folders)")
+    p.add_argument("--src", help="source sentences, one per line (default: the run's test split)")
+    p.add_argument("--ref", help="reference translations, line-aligned with --src")
+    p.add_argument("--output", "-o", help="where to write the hypotheses (default: MODEL_DIR)")
+    p.add_argument("--lowercase", action="store_true", help="also report lowercased BLEU")
+    _add_decode_options(p, nbest=False)
+    p.set_defaults(func=_cmd_evaluate)
+
+
+def _cmd_average(args: argparse.Namespace) -> None:
+    from .average import average_last
+
+    folder = average_last(Path(args.model_dir), args.last)
+    print(f"averaged the last {args.last} checkpoints into {folder}")
+
+
+def _add_average(sub: Subparsers) -> None:
+    p = sub.add_parser("average", help="average the last N checkpoints into one")
+    p.add_argument("model_dir", help="model directory")
+    p.add_argument("--last", type=int, default=5, help="how many checkpoints (default 5)")
+    p.set_defaults(func=_cmd_average)
+
+
+COMMANDS: list[Callable[[Subparsers], None]] = [
+    _add_info,
+    _add_train,
+    _add_demo,
+    _add_translate,
+    _add_evaluate,
+    _add_average,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,9 +328,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "takes_overrides", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        args.func(args)
+        if getattr(args, "takes_overrides", False):
+            args.func(args, extra)
+        else:
+            args.func(args)
     except (UserError, ValueError, OSError) as error:
         if os.environ.get("TRANSFORMER_DEBUG"):
             raise

@@ -1,0 +1,43 @@
+"""Scoring translations with sacreBLEU: BLEU and chrF with their signatures.
+
+The default is sacreBLEU's standard: detokenised, case-sensitive BLEU with its own 13a
+tokenisation, whose signature makes scores comparable across papers (Post 2018). Many older
+Multi30k and WMT papers report lowercased BLEU on tokenised text instead; ``lowercase=True``
+adds that variant (BLEU with ``case:lc``) so those numbers can be compared too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sacrebleu.metrics import BLEU, CHRF
+
+from .errors import UserError
+
+
+@dataclass
+class Score:
+    name: str
+    score: float
+    signature: str
+
+    def __str__(self) -> str:
+        return f"{self.name} = {self.score:.2f}   ({self.signature})"
+
+
+def score_translations(
+    hypotheses: list[str], references: list[str], lowercase: bool = False
+) -> list[Score]:
+    """BLEU and chrF of ``hypotheses`` against one reference each (line-aligned)."""
+    if len(hypotheses) != len(references):
+        raise UserError(
+            f"{len(hypotheses)} hypotheses but {len(references)} references; they must align"
+        )
+    metrics = [("BLEU", BLEU()), ("chrF", CHRF())]
+    if lowercase:
+        metrics.append(("BLEU lowercase", BLEU(lowercase=True)))
+    scores = []
+    for name, metric in metrics:
+        result = metric.corpus_score(hypotheses, [references])
+        scores.append(Score(name, result.score, str(metric.get_signature())))
+    return scores

@@ -1,0 +1,108 @@
+"""Checkpoints: exact round trip, index pointers, pruning, and atomic writes."""
+
+import json
+import random
+
+import pytest
+import torch
+
+from transformer import checkpoint as ckpt
+from transformer.config import ModelConfig, RunConfig
+from transformer.errors import UserError
+from transformer.model import Transformer
+
+
+def run_config(**model):
+    return RunConfig(
+        model=ModelConfig.preset("tiny", src_vocab_size=20, tgt_vocab_size=20, **model)
+    )
+
+
+def trainer_state(model):
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7]])).sum().backward()
+    opt.step()
+    return {
+        "step": 7,
+        "optimizer": opt.state_dict(),
+        "rng_torch": torch.get_rng_state(),
+        "rng_python": random.getstate(),
+        "position": {"epoch": 1, "batch": 3},
+    }
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_round_trip_is_exact_with_tied_weights(tmp_path, share):
+    cfg = run_config(share_embeddings=share, tie_output=True)
+    torch.manual_seed(0)
+    model = Transformer(cfg.model)
+    saved_state = trainer_state(model)
+    folder = ckpt.save_checkpoint(tmp_path, "step_00000007", model, cfg, saved_state)
+    ckpt.update_index(tmp_path, last="step_00000007")
+    loaded = ckpt.load_checkpoint(folder)
+    assert loaded.config == cfg
+    for (name, a), (_, b) in zip(
+        model.state_dict().items(), loaded.model.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    assert loaded.model.output.weight is loaded.model.tgt_embed.tokens.weight
+    state = ckpt.load_trainer_state(folder)
+    assert state["step"] == 7 and state["position"] == {"epoch": 1, "batch": 3}
+    assert torch.equal(state["rng_torch"], saved_state["rng_torch"])
+    assert state["rng_python"] == saved_state["rng_python"]
+    exp_avg = state["optimizer"]["state"][0]["exp_avg"]
+    assert torch.equal(exp_avg, saved_state["optimizer"]["state"][0]["exp_avg"])
+
+
+def test_model_directory_resolves_best_then_last(tmp_path):
+    cfg = run_config()
+    model = Transformer(cfg.model)
+    checkpoints = tmp_path / "checkpoints"
+    for step in (1, 2):
+        ckpt.save_checkpoint(checkpoints, f"step_{step:08d}", model, cfg, None)
+    ckpt.update_index(checkpoints, last="step_00000002")
+    assert ckpt.resolve_checkpoint(tmp_path).name == "step_00000002"
+    ckpt.update_index(checkpoints, best="step_00000001")
+    assert ckpt.resolve_checkpoint(tmp_path).name == "step_00000001"
+    assert ckpt.resolve_checkpoint(tmp_path, "last").name == "step_00000002"
+
+
+def test_prune_keeps_the_newest_and_the_indexed(tmp_path):
+    cfg = run_config()
+    model = Transformer(cfg.model)
+    for step in range(1, 7):
+        ckpt.save_checkpoint(tmp_path, f"step_{step:08d}", model, cfg, None)
+    ckpt.update_index(tmp_path, last="step_00000006", best="step_00000001")
+    ckpt.prune_checkpoints(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == [
+        "step_00000001",
+        "step_00000005",
+        "step_00000006",
+    ]
+
+
+def test_a_crash_while_saving_leaves_the_last_good_checkpoint(tmp_path, monkeypatch):
+    cfg = run_config()
+    model = Transformer(cfg.model)
+    ckpt.save_checkpoint(tmp_path, "step_00000001", model, cfg, None)
+    ckpt.update_index(tmp_path, last="step_00000001")
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt("killed mid-save")
+
+    monkeypatch.setattr(ckpt, "save_file", crash)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(tmp_path, "step_00000002", model, cfg, None)
+    assert not (tmp_path / "step_00000002").exists()
+    assert json.loads((tmp_path / "index.json").read_text())["last"] == "step_00000001"
+    assert ckpt.load_checkpoint(tmp_path / "step_00000001").config == cfg
+    monkeypatch.undo()
+    ckpt.prune_checkpoints(tmp_path, keep=5)
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_missing_or_empty_model_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(UserError, match="model directory not found"):
+        ckpt.load_checkpoint(tmp_path / "nope")
+    with pytest.raises(UserError, match="holds no checkpoint"):
+        ckpt.load_checkpoint(tmp_path)

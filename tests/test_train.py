@@ -1,0 +1,254 @@
+"""Training end to end on tiny configs: learning, exact resume after SIGKILL, determinism,
+divergence handling, and the data errors a user can make."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from transformer import train as train_module
+from transformer.checkpoint import load_checkpoint, read_index
+from transformer.cli import main
+from transformer.config import DecodeConfig, load_config, parse_overrides
+from transformer.errors import UserError
+from transformer.metrics import read_metrics
+from transformer.tokenizer import Tokenizers
+from transformer.train import train
+from transformer.translator import translate
+
+TINY_NUMBERS = [
+    "--preset", "tiny", "--corpus", "numbers", "--numbers_max", "999", "--numbers_train", "300",
+    "--numbers_valid", "20", "--numbers_test", "20", "--vocab_size", "60", "--joint_vocab", "false",
+    "--max_tokens", "512", "--warmup_steps", "20", "--bleu_sentences", "0", "--log_every", "5",
+]  # fmt: skip
+
+
+def config(*extra: str):
+    return load_config(None, parse_overrides([*TINY_NUMBERS, *extra]))
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "model.safetensors"))
+
+
+def reverse_files(folder: Path, n: int, seed: int) -> tuple[Path, Path]:
+    rng = random.Random(seed)
+    src, tgt = [], []
+    for _ in range(n):
+        words = [rng.choice("abcdefgh") for _ in range(rng.randint(3, 7))]
+        src.append(" ".join(words))
+        tgt.append(" ".join(reversed(words)))
+    (folder / "src.txt").write_text("\n".join(src) + "\n")
+    (folder / "tgt.txt").write_text("\n".join(tgt) + "\n")
+    return folder / "src.txt", folder / "tgt.txt"
+
+
+@pytest.mark.slow
+def test_a_tiny_model_learns_to_reverse_sequences(tmp_path):
+    src, tgt = reverse_files(tmp_path, 3000, seed=0)
+    cfg = load_config(None, parse_overrides([
+        "--preset", "tiny", "--corpus", "null", "--src", str(src), "--tgt", str(tgt),
+        "--d_model", "64", "--d_ff", "256", "--dropout", "0.0", "--vocab_size", "20",
+        "--max_tokens", "1500", "--max_steps", "500", "--warmup_steps", "50", "--peak_lr", "3e-3",
+        "--validate_every", "500", "--bleu_sentences", "0", "--label_smoothing", "0",
+    ]))  # fmt: skip
+    train(cfg, tmp_path / "run", progress=False)
+    loaded = load_checkpoint(tmp_path / "run")
+    tokenizers = Tokenizers.load(tmp_path / "run")
+    rng = random.Random(99)
+    tests = [" ".join(rng.choice("abcdefgh") for _ in range(rng.randint(3, 7))) for _ in range(50)]
+    result = translate(loaded.model, tokenizers, tests, DecodeConfig(beam_size=1))
+    correct = sum(
+        h == " ".join(reversed(s.split())) for s, h in zip(tests, result.best, strict=True)
+    )
+    assert correct >= 45, list(zip(tests, result.best, strict=True))[:5]
+    losses = [row["loss"] for row in read_metrics(tmp_path / "run") if "loss" in row]
+    assert losses[-1] < losses[0] / 4
+
+
+def test_same_seed_same_weights(tmp_path):
+    cfg = config("--max_steps", "8", "--save_every", "8", "--validate_every", "8")
+    train(cfg, tmp_path / "a", progress=False)
+    train(cfg, tmp_path / "b", progress=False)
+    a, b = (
+        weights(tmp_path / "a/checkpoints/step_00000008"),
+        weights(tmp_path / "b/checkpoints/step_00000008"),
+    )
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    other = load_config(None, parse_overrides([*TINY_NUMBERS, "--max_steps", "8", "--seed", "2"]))
+    train(other, tmp_path / "c", progress=False)
+    c = weights(tmp_path / "c/checkpoints/step_00000008")
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_is_bit_identical(tmp_path):
+    args = [*TINY_NUMBERS, "--d_model", "64", "--d_ff", "128", "--max_steps", "300",
+            "--save_every", "10", "--validate_every", "100", "--keep_checkpoints", "50",
+    ]  # fmt: skip
+    # The uninterrupted run.
+    train(load_config(None, parse_overrides(args)), tmp_path / "whole", progress=False)
+    # The same run in another process, killed with SIGKILL once it has saved step 50 ...
+    cmd = [
+        sys.executable,
+        "-m",
+        "transformer",
+        "train",
+        "--out",
+        str(tmp_path / "killed"),
+        "--quiet",
+        *args,
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    checkpoints = tmp_path / "killed" / "checkpoints"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        last = (
+            read_index(checkpoints).get("last", "") if (checkpoints / "index.json").exists() else ""
+        )
+        if last >= "step_00000050":
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    assert proc.wait() == -signal.SIGKILL, proc.stderr.read().decode()
+    killed_at = read_index(checkpoints)["last"]
+    assert killed_at < "step_00000300"
+    # ... then resumed to the end.
+    assert main(["train", "--out", str(tmp_path / "killed"), "--resume", "--quiet"]) == 0
+    whole = weights(tmp_path / "whole/checkpoints/step_00000300")
+    resumed = weights(checkpoints / "step_00000300")
+    assert whole.keys() == resumed.keys()
+    different = [k for k in whole if not torch.equal(whole[k], resumed[k])]
+    assert not different, f"resumed from {killed_at}; differs in {different}"
+    events = [row.get("event") for row in read_metrics(tmp_path / "killed")]
+    assert "resume" in events
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    real = train_module.label_smoothed_nll
+    calls = {"n": 0}
+
+    def poisoned(logits, target, epsilon):
+        calls["n"] += 1
+        sums = real(logits, target, epsilon)
+        if calls["n"] == 7:  # the 7th batch = step 7 (no accumulation)
+            sums.loss = sums.loss * float("nan")
+        return sums
+
+    monkeypatch.setattr(train_module, "label_smoothed_nll", poisoned)
+    cfg = config("--max_steps", "20", "--save_every", "3", "--validate_every", "100")
+    with pytest.raises(
+        UserError,
+        match=r"loss is nan at step 7: training stopped; the last good checkpoint is .*step_0+6",
+    ):
+        train(cfg, tmp_path / "run", progress=False)
+    assert read_index(tmp_path / "run/checkpoints")["last"] == "step_00000006"
+    assert torch.isfinite(load_checkpoint(tmp_path / "run", "last").model.output.weight).all()
+
+
+def test_an_existing_run_is_not_overwritten_without_asking(tmp_path):
+    cfg = config("--max_steps", "2")
+    train(cfg, tmp_path / "run", progress=False)
+    with pytest.raises(UserError, match="already holds a training run; use --resume"):
+        train(cfg, tmp_path / "run", progress=False)
+    with pytest.raises(UserError, match=r"--resume: model.d_model was 32 in the saved run, now 64"):
+        train(
+            config("--max_steps", "4", "--d_model", "64"),
+            tmp_path / "run",
+            resume=True,
+            progress=False,
+        )
+
+
+def test_log_counts_empty_and_long_pairs(tmp_path):
+    rng = random.Random(0)
+    words = [" ".join(rng.choice("abcd") for _ in range(6)) for _ in range(60)]
+    src = [*words, "", "x", "a " * 80]
+    tgt = [*(w[::-1] for w in words), "y", "", "b " * 80]
+    (tmp_path / "s.txt").write_text("\n".join(src) + "\n")
+    (tmp_path / "t.txt").write_text("\n".join(tgt) + "\n")
+    cfg = load_config(None, parse_overrides([
+        "--preset", "tiny", "--corpus", "null", "--src", str(tmp_path / "s.txt"), "--tgt",
+        str(tmp_path / "t.txt"), "--vocab_size", "12", "--max_len", "20", "--max_steps", "2",
+        "--bleu_sentences", "0", "--valid_fraction", "0.1", "--test_fraction", "0",
+    ]))  # fmt: skip
+    train(cfg, tmp_path / "run", progress=False)
+    start = read_metrics(tmp_path / "run")[0]
+    assert start["skipped_empty"] == 2
+    assert start["filtered_long_train"] + start["filtered_long_valid"] == 1
+
+
+def run_cli(args, capsys):
+    code = main(args)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"s.txt": "a\nb\nc\n", "t.txt": "x\ny\n"}, r"s.txt has 3 lines, .*t.txt has 2"),
+        ({"s.txt": "a\nb\xff\n", "t.txt": "x\ny\n"}, r"s.txt: line 2 is not valid UTF-8"),
+        ({"t.txt": "x\n"}, r"file not found: .*s.txt"),
+    ],
+    ids=["line counts", "utf-8", "missing"],
+)
+def test_data_errors_are_one_line_and_exit_2(tmp_path, capsys, files, message):
+    for name, text in files.items():
+        (tmp_path / name).write_bytes(text.encode("latin-1"))
+    code, err = run_cli(
+        [
+            "train",
+            "--src",
+            str(tmp_path / "s.txt"),
+            "--tgt",
+            str(tmp_path / "t.txt"),
+            "--out",
+            str(tmp_path / "run"),
+            "--quiet",
+        ],
+        capsys,
+    )
+    assert code == 2
+    assert err.count("\n") == 1, err
+    assert err.startswith("transformer train: error: ")
+    import re
+
+    assert re.search(message, err), err
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_unknown_config_key_is_an_error(tmp_path, capsys):
+    (tmp_path / "c.yaml").write_text("train:\n  max_stepz: 3\n")
+    code, err = run_cli(
+        ["train", "--config", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "r")], capsys
+    )
+    assert code == 2 and "unknown config key train.'max_stepz'" in err
+    code, err = run_cli(["train", "--warmup", "3", "--out", str(tmp_path / "r")], capsys)
+    assert code == 2 and "unknown config key 'warmup'" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_metrics_log_and_checkpoint_contents(tmp_path):
+    cfg = config("--max_steps", "10", "--save_every", "5", "--validate_every", "5")
+    train(cfg, tmp_path / "run", progress=False)
+    rows = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in rows if "loss" in r] == [5, 10]
+    assert [r["step"] for r in rows if "valid_loss" in r] == [5, 10]
+    assert all({"ppl", "tokens_per_s", "lr"} <= r.keys() for r in rows if "loss" in r)
+    folder = tmp_path / "run/checkpoints/step_00000010"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "trainer.pt",
+    ]
+    saved = json.loads((folder / "config.json").read_text())
+    assert saved["model"]["src_vocab_size"] == Tokenizers.load(tmp_path / "run").src.vocab_size
+    assert os.path.exists(tmp_path / "run/tokenizer/src.model")
