@@ -306,6 +306,68 @@ def _add_average(sub: Subparsers) -> None:
     p.set_defaults(func=_cmd_average)
 
 
+# ------------------------------------------------------------------------- explain, attention
+def _cmd_explain(args: argparse.Namespace) -> None:
+    from .explain import explain
+
+    print(explain(args.topic, color=sys.stdout.isatty() and not args.no_color))
+
+
+def _add_explain(sub: Subparsers) -> None:
+    from .explain import TOPICS
+
+    p = sub.add_parser(
+        "explain",
+        help="the lecture notes' worked examples, step by step, computed by the real modules",
+    )
+    p.add_argument("--topic", choices=TOPICS, help="one part only (default: all)")
+    p.add_argument("--no-color", action="store_true", help="no ANSI colours on a terminal")
+    p.set_defaults(func=_cmd_explain)
+
+
+def _cmd_attention(args: argparse.Namespace) -> None:
+    from .report import write_html_report
+    from .translator import inspect_sentence
+    from .visualize import save_positional_plots, write_attention_figures
+
+    model, tokenizers, config = _load(args.model_dir, args.checkpoint)
+    seen = inspect_sentence(model, tokenizers, args.sentence, _decode_config(args, config))
+    out = Path(args.out)
+    files = write_attention_figures(
+        seen.maps, seen.src_labels, seen.tgt_labels, out, args.layer, args.head
+    )
+    positions = min(model.config.max_positions, 100)
+    files += save_positional_plots(model.config.d_model, positions, out)
+    print(f"source:      {seen.source}\ntranslation: {seen.translation}")
+    print(f"wrote {len(files)} figures (PNG and SVG) to {out}")
+    if args.html:
+        numbers = {"model": str(args.model_dir), "checkpoint": args.checkpoint}
+        report = write_html_report(
+            out / "report.html", seen.source, seen.translation, seen.maps,
+            seen.src_labels, seen.tgt_labels, numbers,
+        )  # fmt: skip
+        print(f"HTML report: {report}")
+
+
+def _add_attention(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "attention",
+        help="heatmaps of every attention layer and head for one sentence (+ HTML report)",
+        description="Translates SENTENCE and draws the encoder self-attention, decoder masked "
+        "self-attention and encoder-decoder attention of every layer and head (rows: queries, "
+        "columns: keys; decoder rows are the decoder inputs <s> y1 y2 ..., each predicting the "
+        "next token), head-averaged alignments, and positional-encoding plots.",
+    )
+    p.add_argument("model_dir", help="model directory (or one of its checkpoint folders)")
+    p.add_argument("sentence", help="the source sentence")
+    p.add_argument("--out", default="attention", help="output folder (default: ./attention)")
+    p.add_argument("--layer", type=int, help="only this layer (counted from 0)")
+    p.add_argument("--head", type=int, help="only this head (counted from 0)")
+    p.add_argument("--html", action="store_true", help="also write a single-file HTML report")
+    _add_decode_options(p, nbest=False)
+    p.set_defaults(func=_cmd_attention)
+
+
 COMMANDS: list[Callable[[Subparsers], None]] = [
     _add_info,
     _add_train,
@@ -313,6 +375,8 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     _add_translate,
     _add_evaluate,
     _add_average,
+    _add_explain,
+    _add_attention,
 ]
 
 

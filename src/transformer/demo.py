@@ -32,10 +32,15 @@ class DemoResult:
     total_seconds: float
 
 
-def run_demo(out_dir: Path, progress: bool = True, show: int = 8) -> DemoResult:
-    """Trains into ``out_dir`` (replacing an earlier demo there) and evaluates on the test split."""
+def run_demo(
+    out_dir: Path, progress: bool = True, show: int = 8, overrides: dict[str, str] | None = None
+) -> DemoResult:
+    """Trains into ``out_dir`` (replacing an earlier demo there) and evaluates on the test split.
+
+    ``overrides`` change the built-in config (``{"max_steps": "10"}``), e.g. for a quick check.
+    """
     start = time.perf_counter()
-    config = load_config(str(DEMO_CONFIG))
+    config = load_config(str(DEMO_CONFIG), overrides)
     d, minutes = config.data, config.train.max_minutes
     print(f"Training the built-in task ({d.src_lang} -> {d.tgt_lang} number words) into {out_dir},")
     print(f"from scratch, for at most {minutes:g} minutes on this CPU.")

@@ -1,19 +1,24 @@
-"""Text in, text out: tokenizers + model + search, for translate, evaluate, validate and serve.
+"""Text in, text out: tokenizers + model + search, for translate, evaluate, validate
+and attention.
 
 Source sentences become SentencePiece ids followed by EOS; a sentence longer than the model's
-positions allow is truncated to fit, and the caller is told which lines were (a warning, never
-a silent change). Empty sentences translate to empty strings without running the model.
+positions allow (``max_positions`` tokens) is truncated to fit, and the caller is told which
+lines were, so the command line can warn: never a silent change, never a crash mid-file.
+Empty sentences translate to empty strings without running the model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import torch
 
 from .batching import encode_source
-from .config import DecodeConfig
+from .config import BOS_ID, DecodeConfig
 from .decoding import translate_ids
-from .model import Transformer
+from .errors import UserError
+from .model import AttentionMaps, Transformer
 from .tokenizer import Tokenizers
 
 
@@ -34,19 +39,11 @@ class TranslationResult:
         return [options[0].text if options else "" for options in self.nbest]
 
 
-def max_source_tokens(model: Transformer, decode: DecodeConfig) -> int:
-    """Longest source (EOS included) whose translation can still fit in the model's positions."""
-    positions = model.config.max_positions
-    return max(
-        1, min(positions, int((positions - 1 - decode.max_len_b) / max(decode.max_len_a, 1e-9)))
-    )
-
-
 def translate(
     model: Transformer, tokenizers: Tokenizers, sentences: list[str], decode: DecodeConfig
 ) -> TranslationResult:
     """Translates ``sentences`` (any number; batched by length inside)."""
-    limit = max_source_tokens(model, decode)
+    limit = model.config.max_positions  # the encoder's limit; decoding caps the output itself
     todo, ids, truncated = [], [], []
     for i, sentence in enumerate(sentences):
         if not sentence.strip():
@@ -108,3 +105,30 @@ def translate_lines(
         flush()
         done += len(buffer)
     return done
+
+
+@dataclass
+class Inspection:
+    """One sentence, its translation, and every attention weight of the forward pass."""
+
+    source: str
+    translation: str
+    maps: AttentionMaps
+    src_labels: list[str]  # source pieces + </s>
+    tgt_labels: list[str]  # decoder input: <s> + translation pieces
+
+
+def inspect_sentence(
+    model: Transformer, tokenizers: Tokenizers, sentence: str, decode: DecodeConfig
+) -> Inspection:
+    """Translates ``sentence`` and re-runs the model on (source, <s> + translation) to collect
+    the attention weights of every layer and head."""
+    if not sentence.strip():
+        raise UserError("the sentence to inspect is empty")
+    best = translate(model, tokenizers, [sentence], replace(decode, nbest=1)).nbest[0][0]
+    src_ids = encode_source(tokenizers.src.encode(sentence))[: model.config.max_positions]
+    tgt_ids = [BOS_ID, *best.tokens]
+    maps = model.attention_maps(torch.tensor([src_ids]), torch.tensor([tgt_ids]))
+    src_labels = [tokenizers.src.id_to_piece(i) for i in src_ids]
+    tgt_labels = [tokenizers.tgt.id_to_piece(i) for i in tgt_ids]
+    return Inspection(sentence, best.text, maps, src_labels, tgt_labels)

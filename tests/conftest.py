@@ -1,0 +1,25 @@
+"""Shared fixtures: one small trained model for the command-line tests."""
+
+from pathlib import Path
+
+import pytest
+
+from transformer.config import load_config, parse_overrides
+from transformer.train import train
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def numbers_model(tmp_path_factory) -> Path:
+    """A tiny en->fr number-words model trained for a few seconds (it translates badly)."""
+    out = tmp_path_factory.mktemp("numbers") / "model"
+    args = [
+        "--preset", "tiny", "--corpus", "numbers", "--numbers_max", "999",
+        "--numbers_train", "400", "--numbers_valid", "20", "--numbers_test", "30",
+        "--vocab_size", "80", "--max_tokens", "800",
+        "--max_steps", "30", "--save_every", "10", "--validate_every", "10", "--warmup_steps", "10",
+        "--peak_lr", "3e-3", "--bleu_sentences", "10", "--max_positions", "48",
+    ]  # fmt: skip
+    train(load_config(None, parse_overrides(args)), out, progress=False)
+    return out

@@ -1,0 +1,252 @@
+"""translate, evaluate, average and demo from the command line, on a small trained model."""
+
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from transformer.checkpoint import load_checkpoint, step_checkpoints
+from transformer.cli import main
+from transformer.demo import run_demo
+
+SOURCES = ["seven hundred and seventy-one", "", "twelve", "eighty"]
+
+
+def cli(args, capsys, stdin_text=None, monkeypatch=None):
+    if stdin_text is not None:
+        import io
+
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin_text.encode())))
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_translate_keeps_line_alignment(numbers_model, tmp_path, capsys, monkeypatch):
+    code, out, err = cli(
+        ["translate", str(numbers_model)], capsys, "\n".join(SOURCES) + "\n", monkeypatch
+    )
+    assert code == 0, err
+    lines = out.split("\n")[:-1]
+    assert len(lines) == len(SOURCES)
+    assert lines[1] == ""  # an empty line stays empty
+    assert all(lines[i] for i in (0, 2, 3))
+    # The same through --input / --output, and with greedy search.
+    (tmp_path / "in.txt").write_text("\n".join(SOURCES) + "\n")
+    code, _, _ = cli(
+        [
+            "translate",
+            str(numbers_model),
+            "-i",
+            str(tmp_path / "in.txt"),
+            "-o",
+            str(tmp_path / "out.txt"),
+        ],
+        capsys,
+    )
+    assert code == 0
+    assert (tmp_path / "out.txt").read_text().split("\n")[:-1] == lines
+
+
+def test_translate_nbest_lists_are_sorted_with_scores(numbers_model, capsys, monkeypatch):
+    code, out, _ = cli(
+        ["translate", str(numbers_model), "--nbest", "3", "--beam", "4"],
+        capsys,
+        "twelve\nfour\n",
+        monkeypatch,
+    )
+    assert code == 0
+    rows = [line.split(" ||| ") for line in out.strip().split("\n")]
+    assert [int(r[0]) for r in rows] == [0, 0, 0, 1, 1, 1]
+    for sentence in (rows[:3], rows[3:]):
+        scores = [float(r[2]) for r in sentence]
+        assert scores == sorted(scores, reverse=True) and all(s <= 0 for s in scores)
+
+
+def test_translate_warns_about_a_line_that_is_too_long(numbers_model, capsys, monkeypatch):
+    long_line = " ".join(["seven"] * 200)  # the fixture model has 48 positions
+    code, out, err = cli(
+        ["translate", str(numbers_model), "--beam", "1"],
+        capsys,
+        f"twelve\n{long_line}\n",
+        monkeypatch,
+    )
+    assert code == 0
+    assert len(out.split("\n")[:-1]) == 2
+    assert "warning: line 2: longer than the model accepts" in err
+
+
+def test_translate_rejects_invalid_utf8_naming_the_line(numbers_model, tmp_path, capsys):
+    (tmp_path / "bad.txt").write_bytes(b"twelve\nfour \xff\n")
+    code, _, err = cli(["translate", str(numbers_model), "-i", str(tmp_path / "bad.txt")], capsys)
+    assert code == 2 and "bad.txt: line 2 is not valid UTF-8" in err and err.count("\n") == 1
+
+
+def test_translate_missing_model_is_a_clear_error(tmp_path, capsys):
+    code, _, err = cli(["translate", str(tmp_path / "nope")], capsys)
+    assert code == 2 and "model directory not found" in err
+
+
+def test_translate_is_interactive_on_a_terminal(numbers_model, capsys, monkeypatch):
+    _, expected, _ = cli(["translate", str(numbers_model)], capsys, "twelve\n", monkeypatch)
+    main_fd, child_fd = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "transformer", "translate", str(numbers_model)],
+        stdin=child_fd, stdout=child_fd, stderr=child_fd, close_fds=True,
+    )  # fmt: skip
+    os.close(child_fd)
+    seen = b""
+
+    def read_until(pattern: bytes, start: int = 0, timeout: float = 60) -> None:
+        nonlocal seen
+        end = time.time() + timeout
+        while pattern not in seen[start:] and time.time() < end:
+            if select.select([main_fd], [], [], 0.5)[0]:
+                seen += os.read(main_fd, 4096)
+        assert pattern in seen[start:], seen
+
+    read_until(b"> ")
+    os.write(main_fd, b"twelve\n")
+    read_until(b"twelve\r\n")  # the echo
+    start = len(seen)
+    read_until(b"> ", start)  # a translation, then the next prompt
+    translation = seen[start:].split(b"> ")[0].decode().strip()
+    assert translation == expected.strip() != ""
+    os.write(main_fd, b"\x04")  # Ctrl-D
+    assert proc.wait(timeout=30) == 0
+    os.close(main_fd)
+
+
+def test_evaluate_prints_bleu_and_chrf_with_signatures(numbers_model, tmp_path, capsys):
+    (tmp_path / "src.txt").write_text("twelve\nfour hundred\n")
+    (tmp_path / "ref.txt").write_text("douze\nquatre cents\n")
+    hyp = tmp_path / "hyp.txt"
+    code, out, err = cli(
+        ["evaluate", str(numbers_model), "--src", str(tmp_path / "src.txt"), "--ref",
+         str(tmp_path / "ref.txt"), "-o", str(hyp), "--lowercase"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    assert re.search(
+        r"^BLEU = \d+\.\d\d .*nrefs:1\|case:mixed\|eff:no\|tok:13a\|smooth:exp\|version:", out, re.M
+    )
+    assert re.search(
+        r"^chrF = \d+\.\d\d .*nrefs:1\|case:mixed\|eff:yes\|nc:6\|nw:0\|space:no\|version:",
+        out,
+        re.M,
+    )
+    assert re.search(r"^BLEU lowercase = .*case:lc", out, re.M)
+    assert len(hyp.read_text().split("\n")[:-1]) == 2
+
+
+def test_evaluate_defaults_to_the_runs_test_split(numbers_model, capsys):
+    code, out, _ = cli(["evaluate", str(numbers_model), "--beam", "1"], capsys)
+    assert code == 0 and "BLEU = " in out
+    assert len((numbers_model / "test.hyp").read_text().split("\n")[:-1]) == 30
+
+
+def test_evaluate_mismatched_files_is_an_error(numbers_model, tmp_path, capsys):
+    (tmp_path / "src.txt").write_text("a\nb\n")
+    (tmp_path / "ref.txt").write_text("a\n")
+    code, _, err = cli(
+        [
+            "evaluate",
+            str(numbers_model),
+            "--src",
+            str(tmp_path / "src.txt"),
+            "--ref",
+            str(tmp_path / "ref.txt"),
+        ],
+        capsys,
+    )
+    assert code == 2 and "has 2 lines but" in err and "has 1" in err
+
+
+def test_average_is_the_mean_of_the_last_checkpoints(numbers_model, capsys):
+    folders = step_checkpoints(numbers_model / "checkpoints")[-2:]
+    code, out, _ = cli(["average", str(numbers_model), "--last", "2"], capsys)
+    assert code == 0 and "average_last2" in out
+    averaged = load_file(str(numbers_model / "checkpoints/average_last2/model.safetensors"))
+    a, b = (load_file(str(f / "model.safetensors")) for f in folders)
+    for name in averaged:
+        torch.testing.assert_close(averaged[name], (a[name] + b[name]) / 2)
+    # It is a loadable checkpoint that translates.
+    loaded = load_checkpoint(numbers_model / "checkpoints/average_last2")
+    assert loaded.model.config == load_checkpoint(numbers_model).model.config
+    code, _, err = cli(["average", str(numbers_model), "--last", "99"], capsys)
+    assert code == 2 and "--last 99" in err
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_on_a_short_budget(tmp_path, capsys):
+    result = run_demo(
+        tmp_path / "demo",
+        progress=False,
+        overrides={
+            "max_steps": "20",
+            "numbers_train": "2000",
+            "validate_every": "10",
+            "save_every": "10",
+        },
+    )
+    out = capsys.readouterr().out
+    assert result.n_test == 1000 and 0.0 <= result.accuracy <= 1.0
+    assert (
+        f"Exact-match accuracy on 1000 held-out test numbers: {100 * result.accuracy:.1f}%" in out
+    )
+    assert (tmp_path / "demo" / "checkpoints" / "index.json").exists()
+
+
+def test_explain_command_prints_the_walkthrough(capsys):
+    code, out, _ = cli(["explain", "--topic", "attention"], capsys)
+    assert code == 0
+    assert "0.8446" in out and "1.2669" in out  # our value, and the notes' slip it points out
+    assert "== attention" in out and "== masks" not in out
+    code, out, _ = cli(["explain"], capsys)
+    assert all(
+        f"== {topic}" in out
+        for topic in ("attention", "scaling", "layernorm", "positional", "masks")
+    )
+    assert "\x1b[" not in out  # no colour codes when not on a terminal
+
+
+def test_attention_command_writes_figures_and_report(numbers_model, tmp_path, capsys):
+    out_dir = tmp_path / "att"
+    code, out, err = cli(
+        [
+            "attention",
+            str(numbers_model),
+            "seven hundred and twelve",
+            "--out",
+            str(out_dir),
+            "--layer",
+            "1",
+            "--head",
+            "0",
+            "--html",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    names = sorted(p.stem for p in out_dir.glob("*.png"))
+    assert names == [
+        "cross_layer1_head0",
+        "decoder_self_layer1_head0",
+        "encoder_self_layer1_head0",
+        "pe_dot_product",
+        "pe_heatmap",
+    ]
+    assert len(list(out_dir.glob("*.svg"))) == 5
+    html = (out_dir / "report.html").read_text()
+    assert "seven hundred and twelve" in html and "data:image/png;base64," in html
+    code, _, err = cli(
+        ["attention", str(numbers_model), "twelve", "--out", str(out_dir), "--layer", "7"], capsys
+    )
+    assert code == 2 and "layer 7 is out of range" in err and err.count("\n") == 1
