@@ -65,3 +65,27 @@ def test_collate_shifts_the_target_right_and_pads():
 def test_a_pair_larger_than_max_tokens_is_a_clear_error():
     with pytest.raises(UserError, match=r"20\+11 tokens .* train.max_tokens=16"):
         make_batches([Example([5] * 19 + [EOS_ID], [6] * 10)], 16, seed=0, epoch=0)
+
+
+def test_stream_positions_mark_complete_epochs():
+    from transformer.config import TrainConfig
+    from transformer.train import Position, _finished, batch_stream
+
+    data = examples(200)
+    per_epoch = len(make_batches(data, 256, seed=1, epoch=0))
+    stream = batch_stream(data, 256, seed=1, start=Position())
+    positions = [next(stream)[0] for _ in range(per_epoch + 1)]
+    assert positions[per_epoch - 2] == Position(0, per_epoch - 1)
+    assert positions[per_epoch - 1] == Position(1, 0)  # epoch 0 is complete
+    assert positions[per_epoch] == Position(1, 1)
+    one_epoch = TrainConfig(max_epochs=1)
+    assert not _finished(per_epoch - 1, positions[per_epoch - 2], one_epoch, 0.0)
+    assert _finished(per_epoch, positions[per_epoch - 1], one_epoch, 0.0)
+    # Resuming from a position gives the same batches as going on.
+    resumed = batch_stream(data, 256, seed=1, start=positions[per_epoch - 3])
+    expected = batch_stream(data, 256, seed=1, start=Position())
+    for _ in range(per_epoch - 2):
+        next(expected)
+    for _ in range(4):
+        (_, a), (_, b) = next(resumed), next(expected)
+        assert torch.equal(a.src, b.src) and torch.equal(a.tgt_out, b.tgt_out)

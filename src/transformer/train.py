@@ -30,7 +30,7 @@ from .checkpoint import (
     save_checkpoint,
     update_index,
 )
-from .config import RunConfig
+from .config import RunConfig, TrainConfig
 from .errors import UserError
 from .loss import LossSums, label_smoothed_nll
 from .metrics import MetricsLog
@@ -84,12 +84,16 @@ class Position:
 def batch_stream(
     examples: list[Example], max_tokens: int, seed: int, start: Position
 ) -> Iterator[tuple[Position, Batch]]:
-    """Yields (position after this batch, batch) forever, epoch after epoch, from ``start``."""
+    """Yields (position of the next batch, batch) forever, epoch after epoch, from ``start``.
+
+    After the last batch of epoch e the next position is (e + 1, 0): the epoch is complete.
+    """
     epoch, first = start.epoch, start.batch
     while True:
         order = make_batches(examples, max_tokens, seed, epoch)
         for i in range(first, len(order)):
-            yield Position(epoch, i + 1), collate([examples[j] for j in order[i]])
+            after = Position(epoch, i + 1) if i + 1 < len(order) else Position(epoch + 1, 0)
+            yield after, collate([examples[j] for j in order[i]])
         epoch, first = epoch + 1, 0
 
 
@@ -169,9 +173,9 @@ def train(
 
     factor = schedule_factor(config.model.d_model, t.warmup_steps, t.lr_factor, t.peak_lr)
     stream = batch_stream(data.train, t.max_tokens, t.seed, position)
-    bar = tqdm(
-        total=t.max_steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True
-    )
+    limit = f"train, at most {t.max_minutes:g} min" if t.max_minutes else "train"
+    bar = tqdm(total=t.max_steps, initial=step, disable=not progress, unit="step", desc=limit,
+               dynamic_ncols=True)  # fmt: skip
     meter = Meter()
     started = time.perf_counter() - elapsed
     model.train()
@@ -231,7 +235,8 @@ def train(
     return TrainResult(out_dir, step, best, elapsed)
 
 
-def _finished(step: int, position: Position, t, seconds: float) -> bool:
+def _finished(step: int, position: Position, t: TrainConfig, seconds: float) -> bool:
+    """Whether a limit is reached: steps, complete epochs, or minutes."""
     if step >= t.max_steps:
         return True
     if t.max_epochs and position.epoch >= t.max_epochs:
