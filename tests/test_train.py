@@ -252,3 +252,50 @@ def test_metrics_log_and_checkpoint_contents(tmp_path):
     saved = json.loads((folder / "config.json").read_text())
     assert saved["model"]["src_vocab_size"] == Tokenizers.load(tmp_path / "run").src.vocab_size
     assert os.path.exists(tmp_path / "run/tokenizer/src.model")
+
+
+def test_gradient_accumulation_takes_several_batches_per_update(tmp_path):
+    cfg = config("--max_steps", "3", "--accumulate", "2", "--max_tokens", "200")
+    train(cfg, tmp_path / "run", progress=False)
+    state = torch.load(tmp_path / "run/checkpoints/step_00000003/trainer.pt", weights_only=True)
+    position = state["position"]
+    per_epoch_positions = (position["epoch"], position["batch"])
+    assert state["step"] == 3
+    assert per_epoch_positions == (0, 6)  # 3 updates x 2 batches (the epoch has more)
+    assert state["optimizer"]["state"][0]["step"].item() == 3  # one Adam step per update
+
+
+def test_accumulated_gradient_is_the_token_weighted_mean(tmp_path):
+    # Two batches accumulated = their union in one batch (the loss is normalised by all tokens).
+    from transformer.batching import Example, collate
+    from transformer.config import ModelConfig
+    from transformer.loss import label_smoothed_nll
+    from transformer.model import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(
+        ModelConfig.preset("tiny", src_vocab_size=20, tgt_vocab_size=20, dropout=0.0)
+    )
+    a = [Example([5, 6, 7, 3], [8, 9]), Example([5, 3], [8, 9, 10, 11])]
+    b = [Example([6, 6, 3], [9])]
+
+    def grads(batches):
+        model.zero_grad()
+        n = sum(batch.n_tokens for batch in batches)
+        for batch in batches:
+            label_smoothed_nll(model(batch.src, batch.tgt_in), batch.tgt_out, 0.1).loss.div(
+                n
+            ).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    separate = grads([collate(a), collate(b)])
+    together = grads([collate(a + b)])
+    for g1, g2 in zip(separate, together, strict=True):
+        torch.testing.assert_close(g1, g2, atol=1e-6, rtol=1e-4)
+
+
+def test_bf16_autocast_trains(tmp_path):
+    cfg = config("--max_steps", "6", "--bf16", "true", "--log_every", "3")
+    train(cfg, tmp_path / "run", progress=False)
+    losses = [row["loss"] for row in read_metrics(tmp_path / "run") if "loss" in row]
+    assert len(losses) == 2 and all(loss == loss and loss < 10 for loss in losses)
