@@ -44,9 +44,11 @@ def encode_pairs(
     Returns:
         the examples, and the indices (into ``pairs``) of the pairs that were kept.
     """
+    sources = tokenizers.src.encode_batch([src for src, _ in pairs])
+    targets = tokenizers.tgt.encode_batch([tgt for _, tgt in pairs])
     examples, kept = [], []
-    for i, (src, tgt) in enumerate(pairs):
-        example = Example(encode_source(tokenizers.src.encode(src)), tokenizers.tgt.encode(tgt))
+    for i, (src_ids, tgt_ids) in enumerate(zip(sources, targets, strict=True)):
+        example = Example(encode_source(src_ids), tgt_ids)
         src_len, tgt_len = example.cost
         if src_len <= max_len and tgt_len <= max_len:
             examples.append(example)
