@@ -166,7 +166,7 @@ def test_evaluate_mismatched_files_is_an_error(numbers_model, tmp_path, capsys):
         ],
         capsys,
     )
-    assert code == 2 and "has 2 lines but" in err and "has 1" in err
+    assert code == 2 and "src.txt has 2 lines" in err and "ref.txt has 1" in err
 
 
 def test_average_is_the_mean_of_the_last_checkpoints(numbers_model, capsys):

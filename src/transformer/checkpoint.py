@@ -101,7 +101,7 @@ def prune_checkpoints(checkpoints: Path, keep: int) -> None:
     """Deletes the oldest ``step_*`` folders beyond ``keep``, never the ones index.json names."""
     index = read_index(checkpoints)
     protected = {v for v in index.values() if isinstance(v, str)}
-    steps = sorted(p for p in checkpoints.glob("step_*") if p.is_dir())
+    steps = step_checkpoints(checkpoints)
     for old in steps[: max(len(steps) - keep, 0)]:
         if old.name not in protected:
             shutil.rmtree(old)
@@ -159,8 +159,7 @@ def load_weights(model: Transformer, path: Path) -> None:
                         f"unexpected {sorted(unexpected)[:3]})")  # fmt: skip
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name in state:
-                param.copy_(state[name])
+            param.copy_(state[name])
 
 
 def load_trainer_state(folder: Path) -> dict:

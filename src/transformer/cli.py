@@ -253,7 +253,7 @@ def _add_translate(sub: Subparsers) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> None:
-    from .data import load_splits, read_lines
+    from .data import load_splits, read_parallel
     from .evaluate import score_translations
     from .translator import translate
 
@@ -262,15 +262,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
     if (args.src is None) != (args.ref is None):
         raise UserError("give both --src and --ref, or neither (to use the run's test split)")
     if args.src is not None:
-        sources, references = read_lines(args.src), read_lines(args.ref)
-        name = Path(args.src).name
+        pairs, name = read_parallel(args.src, args.ref), Path(args.src).name
     else:
-        test = load_splits(config.data).test
-        if not test:
+        pairs, name = load_splits(config.data).test, "test"
+        if not pairs:
             raise UserError("the run's corpus has no test split; pass --src and --ref")
-        sources, references, name = [s for s, _ in test], [t for _, t in test], "test"
-    if len(sources) != len(references):
-        raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     result = translate(model, tokenizers, sources, decode)
     output = Path(args.output) if args.output else Path(args.model_dir) / f"{name}.hyp"
     output.write_text("".join(h + "\n" for h in result.best), encoding="utf-8")
