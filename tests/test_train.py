@@ -299,3 +299,19 @@ def test_bf16_autocast_trains(tmp_path):
     train(cfg, tmp_path / "run", progress=False)
     losses = [row["loss"] for row in read_metrics(tmp_path / "run") if "loss" in row]
     assert len(losses) == 2 and all(loss == loss and loss < 10 for loss in losses)
+
+
+def test_gradient_clipping_bounds_the_global_norm():
+    from transformer.config import ModelConfig
+    from transformer.model import Transformer
+    from transformer.train import _clip
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", src_vocab_size=20, tgt_vocab_size=20))
+    (model(torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7, 8]])) ** 2).sum().backward()
+    before = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+    assert _clip(model, clip_norm=0.0) == pytest.approx(before.item(), rel=1e-6)  # no clipping
+    assert before > 1.0
+    assert _clip(model, clip_norm=1.0) == pytest.approx(before.item(), rel=1e-6)  # norm before
+    after = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+    assert after.item() == pytest.approx(1.0, rel=1e-4)
