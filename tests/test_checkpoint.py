@@ -87,10 +87,12 @@ def test_a_crash_while_saving_leaves_the_last_good_checkpoint(tmp_path, monkeypa
     ckpt.save_checkpoint(tmp_path, "step_00000001", model, cfg, None)
     ckpt.update_index(tmp_path, last="step_00000001")
 
-    def crash(*args, **kwargs):
-        raise KeyboardInterrupt("killed mid-save")
+    def crash(path, mode="r", *args, **kwargs):
+        if "w" in mode and str(path).endswith("config.json"):  # after the weights were written
+            raise KeyboardInterrupt("killed mid-save")
+        return open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(ckpt, "save_file", crash)
+    monkeypatch.setattr(ckpt, "open", crash, raising=False)
     with pytest.raises(KeyboardInterrupt):
         ckpt.save_checkpoint(tmp_path, "step_00000002", model, cfg, None)
     assert not (tmp_path / "step_00000002").exists()

@@ -197,10 +197,14 @@ def test_demo_runs_end_to_end_on_a_short_budget(tmp_path, capsys):
         },
     )
     out = capsys.readouterr().out
-    assert result.n_test == 1000 and 0.0 <= result.accuracy <= 1.0
-    assert (
-        f"Exact-match accuracy on 1000 held-out test numbers: {100 * result.accuracy:.1f}%" in out
-    )
+    assert [row.group for row in result.exact] == [
+        "1 digit", "2 digits", "3 digits", "4-6 digits", "all"
+    ]  # fmt: skip
+    assert [row.total for row in result.exact] == [10, 90, 112, 788, 1000]
+    assert sum(row.correct for row in result.exact[:-1]) == result.exact[-1].correct
+    assert "Exact match on the 1000 test numbers (numbers of 3+ digits are held out" in out
+    assert f"exact match all        {100 * result.accuracy:6.2f}%" in out
+    assert "  four hundred and twelve thousand and eighty\n    -> " in out
     assert (tmp_path / "demo" / "checkpoints" / "index.json").exists()
 
 

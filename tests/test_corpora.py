@@ -3,6 +3,7 @@
 import gzip
 import hashlib
 import zipfile
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +12,17 @@ from num2words import num2words
 
 from transformer import corpora
 from transformer.config import DataConfig
-from transformer.corpora import NumberWords, RemoteFile, corpus_file, download, numbers_corpus
+from transformer.corpora import (
+    NumberWords,
+    RemoteFile,
+    corpus_file,
+    download,
+    magnitude,
+    number_pairs,
+    number_splits,
+    numbers_corpus,
+    numbers_test_note,
+)
 from transformer.data import load_splits
 from transformer.errors import UserError
 
@@ -48,44 +59,61 @@ def test_number_words_equal_num2words(lang):
 
 
 def test_numbers_corpus_known_translations():
-    # numbers_max 999: every number 0..999 lands in one of the splits.
-    data = DataConfig(numbers_max=999, numbers_train=900, numbers_valid=50, numbers_test=50)
-    to_french = dict(sum(numbers_corpus(data), []))
+    data = DataConfig(numbers_max=999)
+    to_french = dict(number_pairs(data, list(range(1000))))
     assert len(to_french) == 1000
     assert to_french["seven hundred and seventy-one"] == "sept cent soixante et onze"
     assert to_french["eighty"] == "quatre-vingts"
     assert to_french["eighty-one"] == "quatre-vingt-un"
     assert to_french["two hundred"] == "deux cents"
-    to_german = dict(sum(numbers_corpus(replace(data, tgt_lang="de")), []))
+    to_german = dict(number_pairs(replace(data, tgt_lang="de"), [771]))
     assert to_german["seven hundred and seventy-one"] == "siebenhunderteinundsiebzig"
-    from_french = dict(sum(numbers_corpus(replace(data, src_lang="fr", tgt_lang="en")), []))
+    from_french = dict(number_pairs(replace(data, src_lang="fr", tgt_lang="en"), [80]))
     assert from_french["quatre-vingts"] == "eighty"
 
 
-def test_numbers_corpus_splits_are_disjoint_sized_and_deterministic():
-    train, valid, test = numbers_corpus(SMALL)
-    assert (len(train), len(valid), len(test)) == (2000, 200, 200)
-    sources = [src for src, _ in train + valid + test]
-    assert len(set(sources)) == len(sources)  # disjoint and de-duplicated
-    assert numbers_corpus(SMALL) == (train, valid, test)
-    assert numbers_corpus(replace(SMALL, split_seed=SMALL.split_seed + 1)) != (train, valid, test)
+def test_numbers_splits_hold_out_three_digits_and_more_only():
+    splits = number_splits(SMALL)
+    assert (len(splits.train), len(splits.valid), len(splits.test)) == (2000, 200, 200)
+    assert len(set(splits.valid)) == 200 and len(set(splits.test)) == 200
+    assert set(splits.valid) & set(splits.test) <= set(range(100))  # only the small ones
+    train = set(splits.train)
+    held_out = [n for n in splits.valid + splits.test if n >= 100]
+    assert held_out and not train & set(held_out)  # 3+ digits: never trained on
+    small = [n for n in splits.valid + splits.test if n < 100]
+    assert set(range(10)) <= set(small) <= train  # too few to hold out: trained on
+    assert number_splits(SMALL) == splits
+    assert number_splits(replace(SMALL, split_seed=SMALL.split_seed + 1)) != splits
 
 
-def test_numbers_corpus_represents_small_numbers():
-    train, valid, test = numbers_corpus(SMALL)
-    numbers = [english_number(src) for src, _ in train + valid + test]
-    # Every number of digits equally often: all 100 numbers below 100, and the 2300 others
-    # shared equally by 3, 4, 5 and 6 digits.
-    per_digits = [sum(1 for n in numbers if len(str(n)) == d) for d in range(1, 7)]
-    assert per_digits == [10, 90, 575, 575, 575, 575]
-    assert sum(1 for src, _ in valid if "thousand" not in src) > 20  # every split gets small ones
+def test_numbers_training_sees_every_magnitude_often():
+    splits = number_splits(DataConfig())  # the demo's sizes: 100,000 training examples
+    per_digits = Counter(len(str(n)) for n in splits.train)
+    for digits in range(1, 7):  # each class about a sixth (3 digits a little less: held out)
+        assert 0.14 < per_digits[digits] / len(splits.train) < 0.19, per_digits
+    every_small = Counter(n for n in splits.train if n < 100)
+    assert len(every_small) == 100 and min(every_small.values()) >= 150
+    # Valid and test: every class, the small ones whole, held-out ones capped at 1/8 of a class.
+    for split in (splits.valid, splits.test):
+        per_class = Counter(magnitude(n) for n in split)
+        assert per_class == {"1 digit": 10, "2 digits": 90, "3 digits": 112, "4-6 digits": 788}
 
 
-def test_numbers_corpus_caps_sizes_when_numbers_run_out():
-    train, valid, test = numbers_corpus(DataConfig(numbers_max=99))  # asks for 102000
-    assert len(train) + len(valid) + len(test) <= 100 and len(train) >= 95
-    assert len(valid) >= 1 and len(test) >= 1
+def test_numbers_test_note_says_which_classes_are_trained_on():
+    note = numbers_test_note(DataConfig())
+    assert note.startswith("numbers of 3+ digits are held out of training")
+    assert "the 100 numbers of 1 and 2 digit(s) are too few to hold out" in note
+    assert "held out of training" not in numbers_test_note(DataConfig(numbers_max=99))
+    splits = load_splits(DataConfig(numbers_train=100))
+    assert splits.test_note == note
+    assert splits.test_groups == [magnitude(n) for n in number_splits(DataConfig()).test]
+
+
+def test_numbers_corpus_with_only_small_numbers():
+    train, valid, test = numbers_corpus(DataConfig(numbers_max=99, numbers_train=500))
+    assert len(train) == 500 and len(valid) == len(test) == 100  # all of them, all trained on
     assert {english_number(src) for src, _ in train + valid + test} <= set(range(100))
+    assert "too few to hold out" in numbers_test_note(DataConfig(numbers_max=99))
 
 
 @pytest.mark.parametrize(

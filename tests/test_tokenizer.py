@@ -32,12 +32,19 @@ PAIRS = list(zip(ENGLISH, FRENCH, strict=True)) * 20
 DATA = DataConfig(vocab_size=120)
 
 
+def trained(pairs, data, model_dir):
+    """Tokenizers trained and saved into model_dir/tokenizer."""
+    tokenizers = Tokenizers.train(pairs, data)
+    tokenizers.save(model_dir)
+    return tokenizers
+
+
 @pytest.fixture(scope="module", params=["bpe", "unigram"])
 def joint(request, tmp_path_factory):
     """(tokenizers, model_dir, data) of a joint model of each kind, trained once."""
     data = replace(DATA, tokenizer=request.param)
     model_dir = tmp_path_factory.mktemp(request.param)
-    return Tokenizers.train(PAIRS, data, model_dir), model_dir, data
+    return trained(PAIRS, data, model_dir), model_dir, data
 
 
 def test_special_ids_are_fixed(joint):
@@ -75,23 +82,23 @@ def test_save_and_load_give_identical_ids(joint):
         assert loaded.tgt.encode(sentence) == tokenizers.tgt.encode(sentence)
 
 
-def test_training_is_deterministic(joint, tmp_path):
+def test_training_is_deterministic(joint):
     tokenizers, _, data = joint
-    again = Tokenizers.train(PAIRS, data, tmp_path)
+    again = Tokenizers.train(PAIRS, data)
     assert again.src.model == tokenizers.src.model
 
 
-def test_bpe_and_unigram_are_different_models(tmp_path):
+def test_bpe_and_unigram_are_different_models():
     # BPE scores pieces by merge order (integers); unigram by log-probability.
-    bpe = Tokenizers.train(PAIRS, replace(DATA, tokenizer="bpe"), tmp_path / "b").src
-    unigram = Tokenizers.train(PAIRS, replace(DATA, tokenizer="unigram"), tmp_path / "u").src
+    bpe = Tokenizers.train(PAIRS, replace(DATA, tokenizer="bpe")).src
+    unigram = Tokenizers.train(PAIRS, replace(DATA, tokenizer="unigram")).src
     scores = [[t.processor.get_score(i) for i in range(4, t.vocab_size)] for t in (bpe, unigram)]
     assert all(score.is_integer() for score in scores[0])
     assert not all(score.is_integer() for score in scores[1])
 
 
 def test_separate_vocabularies(tmp_path):
-    tokenizers = Tokenizers.train(PAIRS, replace(DATA, joint_vocab=False), tmp_path)
+    tokenizers = trained(PAIRS, replace(DATA, joint_vocab=False), tmp_path)
     assert not tokenizers.joint
     assert sorted(p.name for p in (tmp_path / "tokenizer").iterdir()) == ["src.model", "tgt.model"]
     assert UNK_ID in tokenizers.src.encode("dîner")  # î only occurs on the French side
@@ -99,19 +106,19 @@ def test_separate_vocabularies(tmp_path):
     loaded = Tokenizers.load(tmp_path)
     assert loaded.tgt.encode(FRENCH[4]) == tokenizers.tgt.encode(FRENCH[4])
     # Retraining with a joint vocabulary replaces both files.
-    Tokenizers.train(PAIRS, DATA, tmp_path)
+    trained(PAIRS, DATA, tmp_path)
     assert sorted(p.name for p in (tmp_path / "tokenizer").iterdir()) == ["joint.model"]
 
 
-def test_too_large_vocab_gives_a_smaller_one_quietly(tmp_path, capfd):
-    tokenizers = Tokenizers.train(PAIRS, replace(DATA, vocab_size=8000), tmp_path)
+def test_too_large_vocab_gives_a_smaller_one_quietly(capfd):
+    tokenizers = Tokenizers.train(PAIRS, replace(DATA, vocab_size=8000))
     assert 40 < tokenizers.src.vocab_size < 8000
     assert capfd.readouterr().err == ""  # no SentencePiece log on stderr
 
 
-def test_too_small_vocab_is_a_clear_error(tmp_path):
+def test_too_small_vocab_is_a_clear_error():
     with pytest.raises(UserError, match="vocab_size=10 .*Vocabulary size is smaller"):
-        Tokenizers.train(PAIRS, replace(DATA, vocab_size=10), tmp_path)
+        Tokenizers.train(PAIRS, replace(DATA, vocab_size=10))
 
 
 def test_load_errors_name_the_folder_or_file(tmp_path):
@@ -136,10 +143,10 @@ def test_model_with_other_special_ids_is_refused(tmp_path):
 
 
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"real corpora not found in {SHARED_DATA}")
-def test_joint_bpe_8000_on_multi30k(tmp_path):
+def test_joint_bpe_8000_on_multi30k():
     folder = SHARED_DATA / "multi30k"
     train = read_parallel(folder / "train.de.gz", folder / "train.en.gz")
-    tokenizers = Tokenizers.train(train, DataConfig(vocab_size=8000), tmp_path)
+    tokenizers = Tokenizers.train(train, DataConfig(vocab_size=8000))
     assert tokenizers.src.vocab_size == 8000
     for de, en in read_parallel(folder / "val.de.gz", folder / "val.en.gz")[:100]:
         assert tokenizers.src.decode(tokenizers.src.encode(de)) == " ".join(de.split())

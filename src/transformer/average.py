@@ -9,9 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
-from .checkpoint import WEIGHTS, load_checkpoint, save_checkpoint, step_checkpoints
+from .checkpoint import WEIGHTS, load_checkpoint, read_weights, save_checkpoint, step_checkpoints
 from .errors import UserError
 
 
@@ -19,7 +18,7 @@ def average_weights(folders: list[Path]) -> dict[str, torch.Tensor]:
     """Element-wise mean of the weights in ``folders`` (computed in float64)."""
     total: dict[str, torch.Tensor] = {}
     for folder in folders:
-        state = load_file(str(folder / WEIGHTS))
+        state = read_weights(folder / WEIGHTS)
         if total and set(state) != set(total):
             raise UserError(f"{folder}: its weights do not match those of {folders[0]}")
         for name, tensor in state.items():

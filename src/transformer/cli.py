@@ -7,13 +7,18 @@ set TRANSFORMER_DEBUG=1 to see the traceback instead.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from .config import MODEL_PRESETS, ModelConfig, RunConfig, load_config, parse_overrides
-from .errors import UserError
+from .errors import Terminated, UserError
+from .files import describe_os_error
 
 Subparsers = argparse._SubParsersAction
 
@@ -68,12 +73,17 @@ def run_config_from_args(args: argparse.Namespace, extra: list[str]) -> tuple[Ru
     path, base = args.config, None
     if path is not None and not Path(path).exists() and builtin_config(path) is not None:
         path = str(builtin_config(path))
+    if path is not None and not Path(path).exists():
+        configs = (Path(__file__).parent / "configs").glob("*.yaml")
+        names = ", ".join(sorted(p.stem for p in configs))
+        raise UserError(f"config file not found: {path} (built-in configs: {names})")
     if args.resume and path is None:
         from .prepare import saved_config
+        from .rundir import RunDir
 
         if args.out is None:
             raise UserError("--resume needs --out DIR (the run to continue)")
-        base = saved_config(Path(args.out)).to_dict()
+        base = saved_config(RunDir(args.out)).to_dict()
     config = load_config(path, overrides, base)
     if args.out is not None:
         return config, Path(args.out)
@@ -192,15 +202,14 @@ def _add_decode_options(p: argparse.ArgumentParser, nbest: bool) -> None:
 
 def _cmd_translate(args: argparse.Namespace) -> None:
     from .data import read_lines
+    from .files import atomic_write, check_not_an_input
     from .translator import translate_lines
 
+    if args.output is not None:
+        check_not_an_input(args.output, {"--input": args.input}, "--output")
     model, tokenizers, config = _load(args.model_dir, args.checkpoint)
     decode = _decode_config(args, config)
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
     interactive = args.input is None and sys.stdin.isatty()
-
-    def write(line: str) -> None:
-        print(line, file=out, flush=interactive)
 
     def warn(message: str) -> None:
         print(f"transformer translate: warning: {message}", file=sys.stderr)
@@ -212,13 +221,20 @@ def _cmd_translate(args: argparse.Namespace) -> None:
         lines = _prompted_lines()
     else:
         lines = _stdin_lines()
-    try:
-        translate_lines(
-            model, tokenizers, lines, decode, write, warn, chunk=1 if interactive else 2000
-        )
-    finally:
-        if out is not sys.stdout:
-            out.close()
+    chunk = 1 if interactive else 2000
+    if args.output is None:
+        translate_lines(model, tokenizers, lines, decode, _printer(sys.stdout, interactive), warn,
+                        chunk)  # fmt: skip
+        return
+    with atomic_write(args.output) as out:  # the file appears, complete, only at the end
+        translate_lines(model, tokenizers, lines, decode, _printer(out, False), warn, chunk)
+
+
+def _printer(stream, flush: bool):
+    def write(line: str) -> None:
+        print(line, file=stream, flush=flush)
+
+    return write
 
 
 def _prompted_lines():
@@ -235,7 +251,10 @@ def _stdin_lines():
         try:
             yield raw.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError as error:
-            raise UserError(f"<stdin>:{number}: invalid UTF-8 ({error.reason})") from None
+            raise UserError(
+                f"<stdin>: line {number} is not valid UTF-8 (byte {raw[error.start]:#04x} at "
+                f"position {error.start + 1} of the line)"
+            ) from None
 
 
 def _add_translate(sub: Subparsers) -> None:
@@ -254,27 +273,39 @@ def _add_translate(sub: Subparsers) -> None:
 
 def _cmd_evaluate(args: argparse.Namespace) -> None:
     from .data import load_splits, read_parallel
-    from .evaluate import score_translations
+    from .evaluate import exact_match, score_translations
+    from .files import atomic_write, check_not_an_input
     from .translator import translate
 
-    model, tokenizers, config = _load(args.model_dir, args.checkpoint)
-    decode = _decode_config(args, config)
     if (args.src is None) != (args.ref is None):
         raise UserError("give both --src and --ref, or neither (to use the run's test split)")
+    if args.output is not None:
+        check_not_an_input(args.output, {"--src": args.src, "--ref": args.ref}, "--output")
+    model, tokenizers, config = _load(args.model_dir, args.checkpoint)
+    decode = _decode_config(args, config)
+    groups, note = None, ""
     if args.src is not None:
         pairs, name = read_parallel(args.src, args.ref), Path(args.src).name
+        if not pairs:
+            raise UserError(f"nothing to evaluate: {args.src} and {args.ref} are empty")
     else:
-        pairs, name = load_splits(config.data).test, "test"
+        splits, name = load_splits(config.data), "test"
+        pairs, groups, note = splits.test, splits.test_groups, splits.test_note
         if not pairs:
             raise UserError("the run's corpus has no test split; pass --src and --ref")
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     result = translate(model, tokenizers, sources, decode)
     output = Path(args.output) if args.output else Path(args.model_dir) / f"{name}.hyp"
-    output.write_text("".join(h + "\n" for h in result.best), encoding="utf-8")
+    with atomic_write(output) as f:
+        f.write("".join(h + "\n" for h in result.best))
     if result.truncated:
         print(f"warning: {len(result.truncated)} source lines were truncated", file=sys.stderr)
     for score in score_translations(result.best, references, lowercase=args.lowercase):
         print(score)
+    if groups is not None:
+        print(f"by class ({note}):" if note else "by class:")
+        for row in exact_match(result.best, references, groups):
+            print(f"  {row}")
     print(f"hypotheses: {output}")
 
 
@@ -393,20 +424,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "takes_overrides", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    try:
-        if getattr(args, "takes_overrides", False):
-            args.func(args, extra)
-        else:
-            args.func(args)
-    except (UserError, ValueError, OSError) as error:
-        if os.environ.get("TRANSFORMER_DEBUG"):
-            raise
-        print(f"transformer {args.command}: error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"transformer {args.command}: interrupted", file=sys.stderr)
-        return 130
+    prefix = f"transformer {args.command}"
+    with _warnings_to_stderr(prefix), _sigterm_raises():
+        try:
+            if getattr(args, "takes_overrides", False):
+                args.func(args, extra)
+            else:
+                args.func(args)
+        except BrokenPipeError:  # the reader went away (`... | head -1`): stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
+        except (UserError, OSError) as error:
+            if os.environ.get("TRANSFORMER_DEBUG"):
+                raise
+            message = error if isinstance(error, UserError) else describe_os_error(error, "")
+            print(f"{prefix}: error: {message}", file=sys.stderr)
+            return error.exit_code if isinstance(error, UserError) else 2
+        except Terminated:
+            print(f"{prefix}: terminated (SIGTERM)", file=sys.stderr)
+            return 143
+        except KeyboardInterrupt:
+            print(f"{prefix}: interrupted", file=sys.stderr)
+            return 130
     return 0
+
+
+@contextmanager
+def _warnings_to_stderr(prefix: str):
+    """The library's warnings (logging) as ``transformer CMD: warning: ...`` lines on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{prefix}: warning: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    logger = logging.getLogger("transformer")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
+@contextmanager
+def _sigterm_raises():
+    """SIGTERM raises ``Terminated`` (like Ctrl-C's KeyboardInterrupt), so that temporary files
+    are cleaned up and the exit code is 143 with a message, instead of a silent kill."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

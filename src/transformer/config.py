@@ -9,12 +9,13 @@ Special token ids are fixed project-wide so that a model, its tokenizer and its 
 from __future__ import annotations
 
 import contextlib
+import math
 import typing
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 import yaml
 
-from .errors import UserError
+from .errors import BadValue, UserError
 
 PAD_ID = 0  # padding: masked out of attention and of the loss
 UNK_ID = 1  # unknown piece
@@ -24,20 +25,26 @@ EOS_ID = 3  # </s>: generation stops here
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 
 
+def _check_finite(obj: object) -> None:
+    """Every float field must be a finite number: inf and nan are never meaningful settings."""
+    for f in fields(obj):  # type: ignore[arg-type]
+        value = getattr(obj, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadValue(f"{type(obj).__name__}.{f.name} must be a finite number, got {value!r}")
+
+
 def _check_positive(obj: object, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(
-                f"{type(obj).__name__}.{name} must be a positive integer, got {value!r}"
-            )
+            raise BadValue(f"{type(obj).__name__}.{name} must be a positive integer, got {value!r}")
 
 
 def _check_probability(obj: object, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
         if not 0.0 <= value < 1.0:
-            raise ValueError(f"{type(obj).__name__}.{name} must be in [0, 1), got {value!r}")
+            raise BadValue(f"{type(obj).__name__}.{name} must be in [0, 1), got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ class ModelConfig:
     tie_output: bool = True  # output projection reuses the target embedding matrix (§3.4)
 
     def __post_init__(self) -> None:
+        _check_finite(self)
         _check_positive(
             self,
             "src_vocab_size",
@@ -78,19 +86,19 @@ class ModelConfig:
             "max_positions",
         )
         if self.d_model % self.n_heads:
-            raise ValueError(
+            raise BadValue(
                 f"ModelConfig.d_model ({self.d_model}) must be divisible by "
                 f"ModelConfig.n_heads ({self.n_heads})"
             )
         _check_probability(self, "dropout", "attention_dropout", "activation_dropout")
         if self.positional not in POSITIONAL_KINDS:
-            raise ValueError(
+            raise BadValue(
                 f"ModelConfig.positional must be one of {POSITIONAL_KINDS}, got {self.positional!r}"
             )
         if self.layer_norm_eps <= 0:
-            raise ValueError(f"ModelConfig.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+            raise BadValue(f"ModelConfig.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(
+            raise BadValue(
                 "ModelConfig.share_embeddings needs src_vocab_size == tgt_vocab_size, got "
                 f"{self.src_vocab_size} and {self.tgt_vocab_size}"
             )
@@ -103,7 +111,7 @@ class ModelConfig:
     def preset(cls, name: str, **overrides: object) -> ModelConfig:
         """A named preset (``tiny``, ``small``, ``base``, ``big``) with fields overridden."""
         if name not in MODEL_PRESETS:
-            raise ValueError(f"unknown model preset {name!r}; choose from {sorted(MODEL_PRESETS)}")
+            raise BadValue(f"unknown model preset {name!r}; choose from {sorted(MODEL_PRESETS)}")
         return replace(MODEL_PRESETS[name], **overrides)
 
 
@@ -158,16 +166,21 @@ class DataConfig:
     numbers_test: int = 1_000
 
     def __post_init__(self) -> None:
+        _check_finite(self)
         if self.corpus is not None and self.corpus not in CORPORA:
-            raise ValueError(
+            raise BadValue(
                 f"DataConfig.corpus must be one of {CORPORA} or null, got {self.corpus!r}"
             )
         if self.tokenizer not in TOKENIZER_KINDS:
-            raise ValueError(
+            raise BadValue(
                 f"DataConfig.tokenizer must be one of {TOKENIZER_KINDS}, got {self.tokenizer!r}"
             )
         _check_positive(self, "max_len", "vocab_size", "numbers_max", "numbers_train")
         _check_probability(self, "valid_fraction", "test_fraction")
+        if not 0.0 < self.character_coverage <= 1.0:
+            raise BadValue(
+                f"DataConfig.character_coverage must be in (0, 1], got {self.character_coverage!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -193,23 +206,30 @@ class TrainConfig:
     log_every: int = 50  # steps between log lines
     validate_every: int = 500  # steps between validations (and at the end)
     bleu_sentences: int = 200  # validation sentences decoded for BLEU; 0: loss only
+    best_metric: str = "bleu"  # what picks the "best" checkpoint: "bleu" (if measured) or "loss"
     save_every: int = 500  # steps between checkpoints (and at the end)
     keep_checkpoints: int = 5  # step checkpoints kept for `transformer average`
     threads: int = 0  # torch intra-op threads; 0: torch's default
 
     def __post_init__(self) -> None:
+        _check_finite(self)
         _check_positive(
             self, "max_tokens", "max_steps", "warmup_steps", "accumulate", "log_every",
             "validate_every", "save_every", "keep_checkpoints",
         )  # fmt: skip
         _check_probability(self, "label_smoothing")
-        if self.peak_lr < 0:
-            raise ValueError(f"TrainConfig.peak_lr must be >= 0, got {self.peak_lr!r}")
+        for name in ("peak_lr", "max_minutes", "weight_decay", "clip_norm", "max_epochs"):
+            if getattr(self, name) < 0:
+                raise BadValue(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         for name in ("lr_factor", "adam_eps"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"TrainConfig.{name} must be > 0, got {getattr(self, name)!r}")
+                raise BadValue(f"TrainConfig.{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("adam_beta1", "adam_beta2"):
             _check_probability(self, name)
+        if self.best_metric not in ("bleu", "loss"):
+            raise BadValue(
+                f"TrainConfig.best_metric must be 'bleu' or 'loss', got {self.best_metric!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -228,15 +248,17 @@ class DecodeConfig:
     max_source_tokens: int = 8192  # source tokens per batch, padding included
 
     def __post_init__(self) -> None:
+        _check_finite(self)
         _check_positive(self, "beam_size", "nbest", "batch_size", "max_source_tokens")
         if self.nbest > self.beam_size and not self.sampling:
-            raise ValueError(
+            raise BadValue(
                 f"DecodeConfig.nbest ({self.nbest}) cannot exceed beam_size ({self.beam_size})"
             )
         if self.temperature <= 0:
-            raise ValueError(f"DecodeConfig.temperature must be > 0, got {self.temperature!r}")
-        if self.top_k < 0 or self.max_len_b < 0 or self.max_len_a < 0:
-            raise ValueError("DecodeConfig.top_k, max_len_a and max_len_b must be >= 0")
+            raise BadValue(f"DecodeConfig.temperature must be > 0, got {self.temperature!r}")
+        for name in ("length_penalty", "max_len_a", "max_len_b", "top_k"):
+            if getattr(self, name) < 0:
+                raise BadValue(f"DecodeConfig.{name} must be >= 0, got {getattr(self, name)!r}")
 
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig}

@@ -265,63 +265,162 @@ def _sample_range(rng: random.Random, low: int, high: int, k: int) -> list[int]:
     return list(chosen)
 
 
-def _digit_quotas(numbers_max: int, total: int) -> list[tuple[int, int, int]]:
-    """(low, high, count) per number of digits: equal counts, a class too small taken whole."""
-    classes = []
-    for digits in range(1, len(str(numbers_max)) + 1):
-        low = 0 if digits == 1 else 10 ** (digits - 1)
-        classes.append((low, min(10**digits - 1, numbers_max)))
-    counts = [0] * len(classes)
-    remaining, open_classes = total, list(range(len(classes)))
-    # Water-filling: share what is left equally among classes that still have room.
+# Numbers below 100 are the vocabulary of the task itself: "onze", "seize", "soixante et onze",
+# "quatre-vingt-dix-neuf" cannot be inferred from other numbers, so a 1- or 2-digit number held
+# out of training could only be guessed. From 3 digits on, numbers are compositions of those
+# words, and the held-out ones measure generalisation.
+HOLDOUT_MIN_DIGITS = 3
+HOLDOUT_SHARE = 0.125  # a held-out split (valid or test) takes at most this share of a class
+# The classes results are reported by.
+MAGNITUDES = ((1, 1, "1 digit"), (2, 2, "2 digits"), (3, 3, "3 digits"), (4, 6, "4-6 digits"))
+
+
+def magnitude(n: int) -> str:
+    """The reporting class of ``n``: "1 digit", "2 digits", "3 digits", "4-6 digits" (or "7+")."""
+    digits = len(str(n))
+    for low, high, name in MAGNITUDES:
+        if low <= digits <= high:
+            return name
+    return f"{MAGNITUDES[-1][1] + 1}+ digits"
+
+
+@dataclass(frozen=True)
+class DigitClass:
+    """The numbers with one number of digits, within 0..numbers_max."""
+
+    digits: int
+    low: int
+    high: int
+
+    @property
+    def size(self) -> int:
+        return self.high - self.low + 1
+
+    @property
+    def held_out(self) -> bool:
+        """Whether valid and test numbers of this class are kept out of training."""
+        return self.digits >= HOLDOUT_MIN_DIGITS
+
+
+def digit_classes(numbers_max: int) -> list[DigitClass]:
+    """0..9, 10..99, 100..999, ... up to numbers_max."""
+    return [
+        DigitClass(d, 0 if d == 1 else 10 ** (d - 1), min(10**d - 1, numbers_max))
+        for d in range(1, len(str(numbers_max)) + 1)
+    ]
+
+
+def _quotas(rooms: list[int], total: int) -> list[int]:
+    """Counts per class summing to at most ``total``: equal shares, a class with less room taken
+    whole and the rest shared among the others (water-filling)."""
+    counts = [0] * len(rooms)
+    remaining, open_classes = total, [c for c, room in enumerate(rooms) if room > 0]
     while remaining and open_classes:
         share = max(1, remaining // len(open_classes))
         for c in list(open_classes):
-            room = classes[c][1] - classes[c][0] + 1 - counts[c]
-            take = min(share, room, remaining)
+            take = min(share, rooms[c] - counts[c], remaining)
             counts[c] += take
             remaining -= take
-            if take == room:
+            if counts[c] == rooms[c]:
                 open_classes.remove(c)
-    return [(low, high, count) for (low, high), count in zip(classes, counts, strict=True)]
+    return counts
 
 
-def numbers_corpus(data: DataConfig) -> tuple[list[Pair], list[Pair], list[Pair]]:
-    """Disjoint train/valid/test sets of (number words in src_lang, in tgt_lang).
+@dataclass
+class NumberSplits:
+    """The numbers of each split (train may repeat numbers; valid and test do not)."""
 
-    Numbers from 0..numbers_max are drawn with every number of digits equally represented
-    (1-digit numbers as often as 6-digit ones, as far as there are enough of them), without
-    repetition, and dealt into splits of sizes numbers_train/valid/test. When 0..numbers_max
-    holds fewer numbers than asked for, the three sizes shrink in proportion (a split asked for
-    keeps at least one pair). Deterministic for a given split_seed, on any Python version.
+    train: list[int]
+    valid: list[int]
+    test: list[int]
+
+
+def number_splits(data: DataConfig) -> NumberSplits:
+    """Which numbers go to train, valid and test.
+
+    Valid and test each hold every digit class equally, as far as a class has numbers: the 10
+    one-digit and 90 two-digit numbers are taken whole. From ``HOLDOUT_MIN_DIGITS`` digits on,
+    valid and test numbers are held out of training (at most ``HOLDOUT_SHARE`` of a class each);
+    below that a class is too small to hold out, so its numbers are all trained on, and reports
+    say so. Training draws ``numbers_train`` examples with replacement, each digit class equally
+    often, so that the few short numbers are seen hundreds of times rather than once.
+    Deterministic for a given split_seed, on any Python version.
 
     Args:
-        data: src_lang, tgt_lang (en, fr or de), numbers_max, numbers_train/valid/test and
-            split_seed are used.
+        data: numbers_max, numbers_train/valid/test and split_seed are used.
+    """
+    sizes = [data.numbers_train, data.numbers_valid, data.numbers_test]
+    if min(sizes) < 0:
+        raise UserError(f"numbers_train/valid/test must be >= 0, got {sizes}")
+    rng = random.Random(data.split_seed)
+    classes = digit_classes(data.numbers_max)
+    rooms = [int(c.size * HOLDOUT_SHARE) if c.held_out else c.size for c in classes]
+    held_out: set[int] = set()
+    evaluation: list[list[int]] = []
+    for total in (data.numbers_valid, data.numbers_test):
+        numbers = []
+        for c, count in zip(classes, _quotas(rooms, total), strict=True):
+            drawn: dict[int, None] = {}  # distinct, in the order drawn
+            while len(drawn) < count:
+                n = c.low + int(rng.random() * c.size)
+                if n not in held_out:
+                    drawn[n] = None
+            if c.held_out:
+                held_out.update(drawn)
+            numbers += drawn
+        # Shuffle across classes so that any prefix (validation BLEU) has every magnitude.
+        order = _sample_range(rng, 0, len(numbers) - 1, len(numbers))
+        evaluation.append([numbers[i] for i in order])
+    # Every number of a class too small to hold out once (so that valid and test really are
+    # trained on), then draws with replacement: a class at random, then a number of it.
+    train = [n for c in classes if not c.held_out for n in range(c.low, c.high + 1)]
+    train = train if len(train) <= data.numbers_train else []
+    while len(train) < data.numbers_train:
+        c = classes[int(rng.random() * len(classes))]
+        n = c.low + int(rng.random() * c.size)
+        while n in held_out:
+            n = c.low + int(rng.random() * c.size)
+        train.append(n)
+    return NumberSplits(train, evaluation[0], evaluation[1])
+
+
+def number_pairs(data: DataConfig, numbers: list[int]) -> list[Pair]:
+    """(number words in src_lang, in tgt_lang) for each number.
+
+    Args:
+        data: src_lang and tgt_lang (en, fr or de) are used.
     """
     for lang in (data.src_lang, data.tgt_lang):
         if lang not in NUMBERS_LANGS:
             raise UserError(f"the numbers corpus has languages {NUMBERS_LANGS}; got {lang!r}")
     if data.src_lang == data.tgt_lang:
         raise UserError(f"src_lang and tgt_lang are both {data.src_lang!r}")
-    sizes = [data.numbers_train, data.numbers_valid, data.numbers_test]
-    if min(sizes) < 0:
-        raise UserError(f"numbers_train/valid/test must be >= 0, got {sizes}")
-    available, asked = data.numbers_max + 1, sum(sizes)
-    if asked > available:
-        sizes = [max(min(size, 1), size * available // asked) for size in sizes]
-        if sum(sizes) > available:
-            raise UserError(f"numbers_max={data.numbers_max} is too small for three splits")
-    rng = random.Random(data.split_seed)
-    numbers = [
-        n
-        for low, high, count in _digit_quotas(data.numbers_max, sum(sizes))
-        for n in _sample_range(rng, low, high, count)
-    ]
-    # Shuffle across digit classes so that every split gets every magnitude.
-    order = _sample_range(rng, 0, len(numbers) - 1, len(numbers))
-    numbers = [numbers[i] for i in order]
     src_words, tgt_words = NumberWords(data.src_lang), NumberWords(data.tgt_lang)
-    pairs = [(src_words(n), tgt_words(n)) for n in numbers]
-    n_train, n_valid, _ = sizes
-    return pairs[:n_train], pairs[n_train : n_train + n_valid], pairs[n_train + n_valid :]
+    return [(src_words(n), tgt_words(n)) for n in numbers]
+
+
+def numbers_corpus(data: DataConfig) -> tuple[list[Pair], list[Pair], list[Pair]]:
+    """Train/valid/test pairs of the numbers corpus (see ``number_splits``)."""
+    splits = number_splits(data)
+    return (
+        number_pairs(data, splits.train),
+        number_pairs(data, splits.valid),
+        number_pairs(data, splits.test),
+    )
+
+
+def numbers_test_note(data: DataConfig) -> str:
+    """Which classes of the test split are held out of training and which are not."""
+    classes = digit_classes(data.numbers_max)
+    seen = [c.digits for c in classes if not c.held_out]
+    held = [c.digits for c in classes if c.held_out]
+    parts = []
+    if held:
+        parts.append(f"numbers of {held[0]}+ digits are held out of training")
+    if seen:
+        digits = " and ".join(str(d) for d in seen)
+        parts.append(
+            f"the {sum(classes[d - 1].size for d in seen)} numbers of {digits} digit(s) are too "
+            "few to hold out, so those test numbers are also trained on"
+        )
+    return "; ".join(parts)

@@ -133,7 +133,8 @@ def read_tsv_pairs(path: str | Path, first_is_source: bool = True) -> list[Pair]
             if line.strip():
                 raise UserError(
                     f"{name}: line {number} has no tab (expected source<TAB>target; for "
-                    f"line-aligned files give the target file as data.tgt)"
+                    f"line-aligned files also give the target file: --tgt FILE, or data.tgt "
+                    f"in a YAML config)"
                 )
             columns = ["", ""]
         first, second = columns[0], columns[1]
@@ -201,6 +202,8 @@ class Splits:
     test: list[Pair]
     skipped_empty: int
     source: str
+    test_groups: list[str] | None = None  # a class per test pair, to report results by class
+    test_note: str = ""  # what the test split is, honestly (e.g. which classes were trained on)
 
 
 def _read_user_pairs(src: str, tgt: str | None) -> list[Pair]:
@@ -248,9 +251,14 @@ def load_splits(data: DataConfig) -> Splits:
     if data.corpus is None:
         return _user_files(data)
     if data.corpus == "numbers":
-        train, valid, test = corpora.numbers_corpus(data)
+        numbers = corpora.number_splits(data)
+        train, valid, test = (
+            corpora.number_pairs(data, split)
+            for split in (numbers.train, numbers.valid, numbers.test)
+        )
         source = f"numbers 0..{data.numbers_max} {direction} (generated, seed {data.split_seed})"
-        return Splits(train, valid, test, 0, source)
+        groups = [corpora.magnitude(n) for n in numbers.test]
+        return Splits(train, valid, test, 0, source, groups, corpora.numbers_test_note(data))
     if data.corpus == "multi30k":
         files = corpora.multi30k_files(data)
         splits, skipped = {}, 0

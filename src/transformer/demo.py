@@ -15,7 +15,12 @@ from pathlib import Path
 
 from .checkpoint import load_checkpoint
 from .config import load_config
+from .corpora import number_pairs
 from .data import load_splits
+from .errors import UserError
+from .evaluate import ExactMatch, exact_match
+from .prepare import saved_config
+from .rundir import RunDir
 from .tokenizer import Tokenizers
 from .train import train
 from .translator import translate
@@ -26,21 +31,27 @@ DEMO_CONFIG = Path(__file__).parent / "configs" / "numbers.yaml"
 @dataclass
 class DemoResult:
     out_dir: Path
-    accuracy: float  # exact match on the test split
-    n_test: int
+    exact: list[ExactMatch]  # per magnitude class, then "all"
     train_seconds: float
     total_seconds: float
 
+    @property
+    def accuracy(self) -> float:
+        """Exact match over the whole test split."""
+        return self.exact[-1].accuracy
+
 
 def run_demo(
-    out_dir: Path, progress: bool = True, show: int = 8, overrides: dict[str, str] | None = None
+    out_dir: Path, progress: bool = True, overrides: dict[str, str] | None = None
 ) -> DemoResult:
     """Trains into ``out_dir`` (replacing an earlier demo there) and evaluates on the test split.
 
+    A folder holding any other run is refused: the demo replaces only its own kind of run.
     ``overrides`` change the built-in config (``{"max_steps": "10"}``), e.g. for a quick check.
     """
     start = time.perf_counter()
     config = load_config(str(DEMO_CONFIG), overrides)
+    _check_replaceable(RunDir(out_dir))
     d, minutes = config.data, config.train.max_minutes
     print(f"Training the built-in task ({d.src_lang} -> {d.tgt_lang} number words) into {out_dir},")
     print(f"from scratch, for at most {minutes:g} minutes on this CPU.")
@@ -48,19 +59,44 @@ def run_demo(
 
     loaded = load_checkpoint(out_dir)
     tokenizers = Tokenizers.load(out_dir)
-    test = load_splits(loaded.config.data).test
-    sources, references = [s for s, _ in test], [t for _, t in test]
+    splits = load_splits(loaded.config.data)
+    sources, references = [s for s, _ in splits.test], [t for _, t in splits.test]
     hypotheses = translate(loaded.model, tokenizers, sources, loaded.config.decode).best
-    correct = [h == r for h, r in zip(hypotheses, references, strict=True)]
-    accuracy = sum(correct) / max(len(test), 1)
+    rows = exact_match(hypotheses, references, splits.test_groups)
 
-    print(f"\nTest translations (checkpoint {loaded.path.name}):")
-    for src, hyp, ref, ok in list(zip(sources, hypotheses, references, correct, strict=True))[
-        :show
-    ]:
-        print(f"  {src}\n    -> {hyp}" + ("" if ok else f"   (reference: {ref})"))
+    print(f"\nFirst things people type (checkpoint {loaded.path.name}):")
+    words = [(src, tgt) for src, tgt in _typed_first(loaded.config.data)]
+    typed = translate(loaded.model, tokenizers, [s for s, _ in words], loaded.config.decode).best
+    for (src, ref), hyp in zip(words, typed, strict=True):
+        print(f"  {src}\n    -> {hyp}" + ("" if hyp == ref else f"   (reference: {ref})"))
     total = time.perf_counter() - start
-    print(f"\nExact-match accuracy on {len(test)} held-out test numbers: {100 * accuracy:.1f}%")
+    print(f"\nExact match on the {len(splits.test)} test numbers ({splits.test_note}):")
+    for row in rows:
+        print(f"  {row}")
     print(f"Training {result.seconds:.0f} s, total {total:.0f} s. Model directory: {out_dir}")
     print(f'Try: transformer translate {out_dir} <<< "four hundred and twelve"')
-    return DemoResult(out_dir, accuracy, len(test), result.seconds, total)
+    return DemoResult(out_dir, rows, result.seconds, total)
+
+
+def _check_replaceable(run: RunDir) -> None:
+    """Only an earlier run on the numbers corpus may be replaced by the demo."""
+    if not run.has_run():
+        return
+    try:
+        corpus = saved_config(run).data.corpus
+    except UserError:
+        corpus = None
+    if corpus != "numbers":
+        raise UserError(
+            f"{run.root} holds a run that is not a demo run (corpus {corpus!r}); the demo "
+            "replaces only its own runs: choose another --out"
+        )
+
+
+# What a person tries first: small numbers, the README's examples, a round number.
+TYPED_FIRST = (0, 1, 4, 12, 17, 21, 71, 80, 99, 100, 200, 771, 1000, 2021, 80_080, 412_080)
+
+
+def _typed_first(data) -> list[tuple[str, str]]:
+    numbers = [n for n in TYPED_FIRST if n <= data.numbers_max]
+    return number_pairs(data, numbers)

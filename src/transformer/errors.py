@@ -1,9 +1,28 @@
-"""The one exception type for mistakes a user can make (bad files, bad values).
+"""The exceptions that end a command with a message instead of a traceback.
 
-The command line prints its message as a single line and exits non-zero; the message must name
-the file, line or value at fault.
+The command line prints their message as a single line and exits with ``exit_code``; the message
+must name the file, line or value at fault. Any other exception is a bug and shows as one.
 """
 
 
 class UserError(Exception):
     """A problem with the user's input, explained in one line."""
+
+    exit_code = 2
+
+
+class BadValue(UserError, ValueError):
+    """A value out of range or of the wrong kind (a config field, a layer number). Also a
+    ValueError, as library callers expect."""
+
+
+class Interrupted(UserError):
+    """Training stopped by SIGINT or SIGTERM after saving what it could; says how to go on."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that clean-up code runs."""

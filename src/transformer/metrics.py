@@ -10,14 +10,14 @@ from pathlib import Path
 class MetricsLog:
     """Appends rows such as ``{"step": 100, "loss": 3.2, ...}`` to ``OUT/metrics.jsonl``."""
 
-    def __init__(self, out_dir: Path, resume: bool = False) -> None:
-        self.path = out_dir / "metrics.jsonl"
+    def __init__(self, path: Path, tensorboard_dir: Path, resume: bool = False) -> None:
+        self.path = path
         self.file = open(self.path, "a" if resume else "w", encoding="utf-8")  # noqa: SIM115
         self.tensorboard = None
         try:  # optional: only when the user has installed tensorboard
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tensorboard = SummaryWriter(str(out_dir / "tensorboard"))
+            self.tensorboard = SummaryWriter(str(tensorboard_dir))
         except ImportError:
             pass
 

@@ -1,26 +1,28 @@
 """From a RunConfig to token-id examples: corpus -> splits -> SentencePiece -> filtered pairs.
 
-The model's vocabulary sizes come from the tokenizers trained here, and the completed config
-is written to ``OUT/config.json``. On ``--resume`` the saved tokenizers and config are reused.
+The model's vocabulary sizes come from the tokenizers trained here; ``save`` writes them and the
+completed config into the run's folder. On ``--resume`` the saved tokenizers are reused.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import logging
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 from .batching import Example, encode_source
-from .checkpoint import write_json_atomic
 from .config import RunConfig
 from .data import Splits, load_splits
 from .errors import UserError
+from .rundir import RunDir
 from .tokenizer import Tokenizers
+
+log = logging.getLogger(__name__)
 
 # Settings that may change when a run is resumed; anything else must stay as it was.
 RESUMABLE_TRAIN_KEYS = {"max_steps", "max_epochs", "max_minutes", "log_every", "validate_every",
-                        "bleu_sentences", "save_every", "keep_checkpoints", "threads"}  # fmt: skip
+                        "bleu_sentences", "best_metric", "save_every", "keep_checkpoints",
+                        "threads"}  # fmt: skip
 
 
 @dataclass
@@ -56,12 +58,15 @@ def encode_pairs(
     return examples, kept
 
 
-def saved_config(out_dir: Path) -> RunConfig:
+def saved_config(run: RunDir) -> RunConfig:
     """The RunConfig of an existing run."""
-    path = out_dir / "config.json"
-    if not path.exists():
-        raise UserError(f"{out_dir} holds no run to resume ({path} is missing)")
-    return RunConfig.from_dict(json.loads(path.read_text(encoding="utf-8")), str(path))
+    if not run.config.exists():
+        raise UserError(f"{run.root} holds no run to resume ({run.config} is missing)")
+    try:
+        values = json.loads(run.config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise UserError(f"cannot read {run.config}: {error}") from None
+    return RunConfig.from_dict(values, str(run.config))
 
 
 def check_resumable(saved: RunConfig, requested: RunConfig) -> None:
@@ -80,29 +85,21 @@ def check_resumable(saved: RunConfig, requested: RunConfig) -> None:
                 )
 
 
-def prepare(config: RunConfig, out_dir: Path, resume: bool, overwrite: bool) -> Prepared:
-    """Loads the corpus, trains (or reloads) the tokenizers, and encodes and filters the pairs."""
-    if resume:
-        check_resumable(saved_config(out_dir), config)
-    elif (out_dir / "config.json").exists() or (out_dir / "checkpoints").exists():
-        if not overwrite:
-            raise UserError(
-                f"{out_dir} already holds a training run; use --resume to continue it, "
-                "--overwrite to replace it, or choose another --out"
-            )
-        for name in ("checkpoints", "tokenizer", "tensorboard"):
-            shutil.rmtree(out_dir / name, ignore_errors=True)
-        for name in ("config.json", "metrics.jsonl"):
-            (out_dir / name).unlink(missing_ok=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
+def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
+    """Loads the corpus, trains (or reloads) the tokenizers, and encodes and filters the pairs.
 
+    Everything is validated and nothing is written (``save`` does that), so a mistake in the
+    data or the config never leaves a half-made run behind.
+    """
+    if resume:
+        check_resumable(saved_config(run), config)
     splits: Splits = load_splits(config.data)
     if not splits.train:
         raise UserError(f"no training pairs in {splits.source}")
     if resume:
-        tokenizers = Tokenizers.load(out_dir)
+        tokenizers = Tokenizers.load(run.root)
     else:
-        tokenizers = Tokenizers.train(splits.train, config.data, out_dir)
+        tokenizers = Tokenizers.train(splits.train, config.data)
     sizes = tokenizers.src.vocab_size, tokenizers.tgt.vocab_size
     try:
         model = replace(config.model, src_vocab_size=sizes[0], tgt_vocab_size=sizes[1])
@@ -110,12 +107,14 @@ def prepare(config: RunConfig, out_dir: Path, resume: bool, overwrite: bool) -> 
         raise UserError(f"{error}: the tokenizers have {sizes[0]} and {sizes[1]} pieces; "
                         "set data.joint_vocab: true to share embeddings") from None  # fmt: skip
     config = replace(config, model=model)
-    write_json_atomic(out_dir / "config.json", config.to_dict())
 
     max_len = min(config.data.max_len, config.model.max_positions)
     train, _ = encode_pairs(splits.train, tokenizers, max_len)
     if not train:
-        raise UserError(f"every training pair is longer than data.max_len={max_len} tokens")
+        raise UserError(
+            f"every training pair is longer than data.max_len={max_len} tokens on one side; "
+            "raise data.max_len (and model.max_positions)"
+        )
     valid, kept = encode_pairs(splits.valid, tokenizers, max_len)
     stats = {
         "source": splits.source,
@@ -128,6 +127,34 @@ def prepare(config: RunConfig, out_dir: Path, resume: bool, overwrite: bool) -> 
         "src_vocab": tokenizers.src.vocab_size,
         "tgt_vocab": tokenizers.tgt.vocab_size,
     }
+    _say_what_was_left_out(stats, config, max_len, resume)
     return Prepared(
         config, tokenizers, train, valid, [splits.valid[i] for i in kept], splits.test, stats
     )
+
+
+def _say_what_was_left_out(stats: dict, config: RunConfig, max_len: int, resume: bool) -> None:
+    """Warnings for what the data pipeline dropped or capped, with counts: never silently."""
+    for split in ("train", "valid"):
+        dropped = stats[f"filtered_long_{split}"]
+        if dropped:
+            total = dropped + stats[f"{split}_pairs"]
+            log.warning(
+                f"{dropped:,} of {total:,} {split} pairs ({100 * dropped / total:.2g}%) are longer "
+                f"than data.max_len={max_len} tokens on one side and were left out"
+            )
+    if stats["skipped_empty"]:
+        log.warning(f"{stats['skipped_empty']:,} pairs with an empty side were left out")
+    asked, src, tgt = config.data.vocab_size, stats["src_vocab"], stats["tgt_vocab"]
+    if not resume and max(src, tgt) < asked:
+        sides = f"{src}" if config.data.joint_vocab else f"{src} (source) and {tgt} (target)"
+        log.warning(
+            f"data.vocab_size is {asked:,} but the training text supports only {sides} "
+            "SentencePiece pieces; the vocabulary is that size"
+        )
+
+
+def save(prepared: Prepared, run: RunDir) -> None:
+    """Writes the tokenizers and the completed config into the run's folder."""
+    prepared.tokenizers.save(run.root)
+    run.save_config(prepared.config.to_dict())

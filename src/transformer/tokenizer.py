@@ -13,8 +13,6 @@ The models live in ``<model_dir>/tokenizer/``: ``joint.model``, or ``src.model``
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ import sentencepiece as spm
 
 from .config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DataConfig
 from .errors import UserError
+from .files import atomic_write
 
 TOKENIZER_DIR = "tokenizer"
 JOINT_MODEL, SRC_MODEL, TGT_MODEL = "joint.model", "src.model", "tgt.model"
@@ -86,13 +85,8 @@ class Tokenizer:
 
     def save(self, path: Path) -> None:
         """Writes the model file atomically (a crash never leaves half a model)."""
-        fd, part = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(self.model)
-            os.replace(part, path)
-        finally:
-            Path(part).unlink(missing_ok=True)
+        with atomic_write(path, "wb") as f:
+            f.write(self.model)
 
 
 def train_sentencepiece(sentences: list[str], data: DataConfig) -> Tokenizer:
@@ -148,13 +142,12 @@ class Tokenizers:
         return self.src is self.tgt
 
     @classmethod
-    def train(cls, pairs: list[tuple[str, str]], data: DataConfig, model_dir: Path) -> Tokenizers:
-        """Trains on the (source, target) training pairs and saves into ``model_dir/tokenizer``.
+    def train(cls, pairs: list[tuple[str, str]], data: DataConfig) -> Tokenizers:
+        """Trains on the (source, target) training pairs (in memory; ``save`` writes them).
 
         Args:
             pairs: the training pairs only (never validation or test).
             data: tokenizer, vocab_size, joint_vocab and character_coverage are used.
-            model_dir: the model's folder; ``tokenizer/`` is created inside it.
         """
         if not pairs:
             raise UserError("no training pairs to train the tokenizer on")
@@ -165,7 +158,6 @@ class Tokenizers:
             tokenizers = cls(joint, joint)
         else:
             tokenizers = cls(train_sentencepiece(sources, data), train_sentencepiece(targets, data))
-        tokenizers.save(model_dir)
         return tokenizers
 
     def save(self, model_dir: Path) -> None:

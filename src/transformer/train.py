@@ -11,11 +11,17 @@ SIGKILL) and resumed ends with the same weights, bit for bit on CPU, as an unint
 
 from __future__ import annotations
 
+import logging
 import math
 import random
+import shlex
+import shutil
+import signal
+import sys
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -23,21 +29,27 @@ from tqdm import tqdm
 
 from .batching import Batch, Example, collate, make_batches
 from .checkpoint import (
+    WEIGHTS,
     load_trainer_state,
     load_weights,
     prune_checkpoints,
     read_index,
+    read_weights,
+    resume_candidates,
     save_checkpoint,
     update_index,
 )
 from .config import RunConfig, TrainConfig
-from .errors import UserError
+from .errors import Interrupted, Terminated, UserError
 from .loss import LossSums, label_smoothed_nll
 from .metrics import MetricsLog
 from .model import Transformer
-from .prepare import Prepared, prepare
+from .prepare import Prepared, prepare, save
+from .rundir import RunDir
 from .schedule import inverse_sqrt_lr, schedule_factor, set_learning_rate
 from .validate import validate
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -108,6 +120,59 @@ def make_optimizer(model: Transformer, config: RunConfig) -> torch.optim.Adam:
     )
 
 
+@dataclass
+class TrainerState:
+    """Everything besides the weights that a resumed run needs; saved as ``trainer.pt``.
+
+    ``best_score`` ranks validations (higher is better, see ``selection_score``); the checkpoint
+    index's ``best`` points at the latest of the best-scoring ones.
+    """
+
+    step: int = 0
+    position: Position = field(default_factory=Position)
+    elapsed: float = 0.0  # seconds of training so far (max_minutes counts them)
+    best_score: float = -math.inf
+    best_valid_nll: float = math.inf
+
+    def to_dict(self, optimizer: torch.optim.Optimizer) -> dict:
+        return {
+            "step": self.step,
+            "position": {"epoch": self.position.epoch, "batch": self.position.batch},
+            "elapsed": self.elapsed,
+            "best_score": self.best_score,
+            "best_valid_nll": self.best_valid_nll,
+            "optimizer": optimizer.state_dict(),
+            "rng_torch": torch.get_rng_state(),
+            "rng_python": random.getstate(),
+        }
+
+    @classmethod
+    def restore(cls, saved: dict, optimizer: torch.optim.Optimizer) -> TrainerState:
+        """The state in ``saved``; the optimizer and the RNGs are restored as a side effect.
+
+        Checkpoints written before ``best_score`` existed rank by validation loss.
+        """
+        optimizer.load_state_dict(saved["optimizer"])
+        torch.set_rng_state(saved["rng_torch"])
+        random.setstate(saved["rng_python"])
+        best_nll = saved["best_valid_nll"]
+        return cls(
+            step=saved["step"],
+            position=Position(**saved["position"]),
+            elapsed=saved["elapsed"],
+            best_score=saved.get("best_score", -best_nll),
+            best_valid_nll=best_nll,
+        )
+
+
+def selection_score(validated: dict[str, float], metric: str) -> float:
+    """How good a validation is, higher is better: BLEU when asked for and measured, else the
+    negative validation NLL."""
+    if metric == "bleu" and "valid_bleu" in validated:
+        return validated["valid_bleu"]
+    return -validated["valid_nll"]
+
+
 def train(
     config: RunConfig,
     out_dir: Path,
@@ -115,124 +180,223 @@ def train(
     overwrite: bool = False,
     progress: bool = True,
 ) -> TrainResult:
-    """Trains a model into ``out_dir`` (see checkpoint.py for its layout).
+    """Trains a model into ``out_dir`` (see rundir.py for its layout).
+
+    Nothing the user has is lost: ``out_dir`` is locked against a second training, everything
+    is validated before anything is written, and ``overwrite`` keeps the old run until the new
+    one has its first checkpoint.
 
     Args:
         config: the run's configuration; the model's vocabulary sizes are filled in from the
             tokenizers trained here.
-        resume: continue from ``out_dir``'s last checkpoint.
+        resume: continue from ``out_dir``'s newest intact checkpoint (from step 0 with the
+            saved config and tokenizers if it stopped before its first checkpoint).
         overwrite: start afresh even if ``out_dir`` already holds a run (otherwise an error).
         progress: show a tqdm progress bar.
     """
-    t = config.train
-    if t.threads:
-        torch.set_num_threads(t.threads)
-    data: Prepared = prepare(config, out_dir, resume=resume, overwrite=overwrite)
-    config = data.config
-    checkpoints = out_dir / "checkpoints"
-    log = MetricsLog(out_dir, resume=resume)
+    if config.train.threads:
+        torch.set_num_threads(config.train.threads)
+    run = RunDir(out_dir)
+    with run.locked():
+        run.recover()
+        _check_start(run, resume, overwrite)
+        data = prepare(config, run, resume)
+        saved = _resume_point(run) if resume else None
+        target = run.staging() if run.has_run() and not resume else run
+        try:
+            if not resume:
+                save(data, target)
+            return _train(data, run, target, saved, resume, progress)
+        finally:
+            if target is not run:  # stopped before its first checkpoint: the old run stays
+                shutil.rmtree(target.root, ignore_errors=True)
 
+
+def _check_start(run: RunDir, resume: bool, overwrite: bool) -> None:
+    """Refuses a start that could lose a run, with the way out in the message."""
+    if resume and overwrite:
+        raise UserError("--resume and --overwrite contradict each other; choose one")
+    if resume or overwrite or not run.has_run():
+        return
+    if run.has_checkpoint():
+        raise UserError(
+            f"{run.root} already holds a training run; use --resume to continue it, "
+            "--overwrite to replace it, or choose another --out"
+        )
+    raise UserError(
+        f"{run.root} holds a run that stopped before its first checkpoint; --resume starts it "
+        "again from step 0 with its saved config, --overwrite replaces it"
+    )
+
+
+def _resume_point(run: RunDir) -> tuple[Path, dict] | None:
+    """The newest checkpoint whose files all load, and its trainer state; damaged ones are
+    skipped with a warning. None: the run has no checkpoint yet (it starts from step 0)."""
+    candidates = resume_candidates(run.checkpoints) if run.checkpoints.exists() else []
+    if not candidates:
+        log.warning(f"{run.root} has no checkpoint yet: starting again from step 0 with its "
+                    "saved config")  # fmt: skip
+        return None
+    problems = []
+    for folder in candidates:
+        try:
+            state = load_trainer_state(folder)
+            read_weights(folder / WEIGHTS)
+        except UserError as error:
+            problems.append(str(error))
+            log.warning(f"{error}; trying an older checkpoint")
+            continue
+        if problems:
+            log.warning(f"resuming from {folder}, the newest intact checkpoint")
+        return folder, state
+    raise UserError(f"--resume: no checkpoint in {run.checkpoints} is intact: {problems[0]}")
+
+
+def _train(
+    data: Prepared,
+    run: RunDir,
+    target: RunDir,
+    saved: tuple[Path, dict] | None,
+    resume: bool,
+    progress: bool,
+) -> TrainResult:
+    """The loop itself, writing into ``target`` (``run`` itself, or its staging folder until the
+    first checkpoint is saved)."""
+    config, t = data.config, data.config.train
+    log_file = MetricsLog(target.metrics, target.tensorboard, resume=resume)
     torch.manual_seed(t.seed)
     random.seed(t.seed)
     model = Transformer(config.model)
     optimizer = make_optimizer(model, config)
-    step, position, best, elapsed = 0, Position(), math.inf, 0.0
-    if resume:
-        last = read_index(checkpoints).get("last")
-        if last is None:
-            raise UserError(f"--resume: {checkpoints} has no checkpoint to resume from")
-        state = load_trainer_state(checkpoints / last)
-        load_weights(model, checkpoints / last / "model.safetensors")
-        optimizer.load_state_dict(state["optimizer"])
-        step, best, elapsed = state["step"], state["best_valid_nll"], state["elapsed"]
-        position = Position(**state["position"])
-        torch.set_rng_state(state["rng_torch"])
-        random.setstate(state["rng_python"])
-        log.write(event="resume", step=step, checkpoint=last)
+    state = TrainerState()
+    if saved is not None:
+        folder, trainer = saved
+        load_weights(model, folder / WEIGHTS)
+        state = TrainerState.restore(trainer, optimizer)
+        log_file.write(event="resume", step=state.step, checkpoint=folder.name)
     else:
-        log.write(
-            event="start", **data.stats, parameters=sum(p.numel() for p in model.parameters())
-        )
+        parameters = sum(p.numel() for p in model.parameters())
+        log_file.write(event="start", **data.stats, parameters=parameters)
 
-    def trainer_state() -> dict:
-        return {
-            "step": step,
-            "position": {"epoch": position.epoch, "batch": position.batch},
-            "optimizer": optimizer.state_dict(),
-            "best_valid_nll": best,
-            "elapsed": elapsed,
-            "rng_torch": torch.get_rng_state(),
-            "rng_python": random.getstate(),
-        }
-
-    def checkpoint(is_best: bool) -> None:
-        name = f"step_{step:08d}"
-        save_checkpoint(checkpoints, name, model, config, trainer_state())
-        update_index(checkpoints, last=name, **({"best": name} if is_best else {}))
-        prune_checkpoints(checkpoints, t.keep_checkpoints)
+    def checkpoint(is_best: bool) -> Path:
+        nonlocal target
+        name = f"step_{state.step:08d}"
+        save_checkpoint(target.checkpoints, name, model, config, state.to_dict(optimizer))
+        update_index(target.checkpoints, last=name, **({"best": name} if is_best else {}))
+        if target is not run:  # the new run has a checkpoint: now it may replace the old one
+            run.adopt(target)
+            target = run
+        prune_checkpoints(target.checkpoints, t.keep_checkpoints)
+        return target.checkpoints / name
 
     factor = schedule_factor(config.model.d_model, t.warmup_steps, t.lr_factor, t.peak_lr)
-    stream = batch_stream(data.train, t.max_tokens, t.seed, position)
+    stream = batch_stream(data.train, t.max_tokens, t.seed, state.position)
     limit = f"train, at most {t.max_minutes:g} min" if t.max_minutes else "train"
-    bar = tqdm(total=t.max_steps, initial=step, disable=not progress, unit="step", desc=limit,
-               dynamic_ncols=True)  # fmt: skip
+    bar = tqdm(total=t.max_steps, initial=state.step, disable=not progress, unit="step",
+               desc=limit, dynamic_ncols=True)  # fmt: skip
     meter = Meter()
-    started = time.perf_counter() - elapsed
+    started = time.perf_counter() - state.elapsed
     model.train()
-    while not _finished(step, position, t, time.perf_counter() - started):
-        step += 1
-        lr = inverse_sqrt_lr(step, config.model.d_model, t.warmup_steps, factor)
-        set_learning_rate(optimizer, lr)
-        batches = []
-        for _ in range(t.accumulate):
-            position, batch = next(stream)
-            batches.append(batch)
-        n_tokens = sum(b.n_tokens for b in batches)
-        optimizer.zero_grad(set_to_none=True)
-        for batch in batches:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=t.bf16):
-                logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-            sums = label_smoothed_nll(logits, batch.tgt_out, t.label_smoothing)
-            if not torch.isfinite(sums.loss):
-                _diverged(step, f"loss is {sums.loss.item()}", checkpoints)
-            (sums.loss / n_tokens).backward()
-            meter.add(sums, batch.n_padded)
-        grad_norm = _clip(model, t.clip_norm)
-        if not math.isfinite(grad_norm):
-            _diverged(step, f"gradient norm is {grad_norm}", checkpoints)
-        optimizer.step()
-        bar.update(1)
+    with StopRequests() as stop:
+        while not _finished(state.step, state.position, t, time.perf_counter() - started):
+            state.step += 1
+            lr = inverse_sqrt_lr(state.step, config.model.d_model, t.warmup_steps, factor)
+            set_learning_rate(optimizer, lr)
+            batches = []
+            for _ in range(t.accumulate):
+                state.position, batch = next(stream)
+                batches.append(batch)
+            n_tokens = sum(b.n_tokens for b in batches)
+            optimizer.zero_grad(set_to_none=True)
+            for batch in batches:
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=t.bf16):
+                    logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+                sums = label_smoothed_nll(logits, batch.tgt_out, t.label_smoothing)
+                if not torch.isfinite(sums.loss):
+                    _diverged(state.step, f"loss is {sums.loss.item()}", target.checkpoints)
+                (sums.loss / n_tokens).backward()
+                meter.add(sums, batch.n_padded)
+            grad_norm = _clip(model, t.clip_norm)
+            if not math.isfinite(grad_norm):
+                _diverged(state.step, f"gradient norm is {grad_norm}", target.checkpoints)
+            optimizer.step()
+            bar.update(1)
 
-        if step % t.log_every == 0:
-            row = {
-                "step": step,
-                "epoch": position.epoch,
-                **meter.summary(),
-                "lr": lr,
-                "grad_norm": grad_norm,
-            }
-            log.write(**row)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{row['ppl']:.2f}", lr=f"{lr:.2e}",
-                            tok_s=f"{row['tokens_per_s']:.0f}")  # fmt: skip
-            meter = Meter()
+            if state.step % t.log_every == 0:
+                row = {"step": state.step, "epoch": state.position.epoch, **meter.summary(),
+                       "lr": lr, "grad_norm": grad_norm}  # fmt: skip
+                log_file.write(**row)
+                bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{row['ppl']:.2f}",
+                                lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_s']:.0f}")  # fmt: skip
+                meter = Meter()
 
-        done = _finished(step, position, t, time.perf_counter() - started)
-        improved = False
-        if step % t.validate_every == 0 or done:
-            validated = validate(model, data, config)
-            improved = validated["valid_nll"] < best
-            best = min(best, validated["valid_nll"])
-            log.write(step=step, **validated)
-            bar.write(_describe(step, validated))
-            model.train()
-        if step % t.save_every == 0 or done or improved:
-            elapsed = time.perf_counter() - started
-            checkpoint(is_best=improved)
+            done = _finished(state.step, state.position, t, time.perf_counter() - started)
+            improved = False
+            if state.step % t.validate_every == 0 or done:
+                validated = validate(model, data, config)
+                score = selection_score(validated, t.best_metric)
+                improved = score >= state.best_score  # ties: the later checkpoint
+                state.best_score = max(state.best_score, score)
+                state.best_valid_nll = min(state.best_valid_nll, validated["valid_nll"])
+                log_file.write(step=state.step, **validated)
+                bar.write(_describe(state.step, validated))
+                model.train()
+            if state.step % t.save_every == 0 or done or improved or stop.requested:
+                state.elapsed = time.perf_counter() - started
+                saved_to = checkpoint(is_best=improved)
+            if stop.requested:
+                bar.close()
+                log_file.write(event="interrupted", step=state.step, signal=stop.name)
+                log_file.close()
+                raise Interrupted(
+                    f"{stop.name} at step {state.step}: saved {saved_to}; continue with: "
+                    f"transformer train --out {shlex.quote(str(run.root))} --resume",
+                    128 + stop.signum,
+                )
     bar.close()
-    elapsed = time.perf_counter() - started
-    log.write(event="end", step=step, seconds=elapsed, best_valid_nll=best)
-    log.close()
-    return TrainResult(out_dir, step, best, elapsed)
+    state.elapsed = time.perf_counter() - started
+    log_file.write(event="end", step=state.step, seconds=state.elapsed,
+                   best_valid_nll=state.best_valid_nll)  # fmt: skip
+    log_file.close()
+    return TrainResult(run.root, state.step, state.best_valid_nll, state.elapsed)
+
+
+class StopRequests:
+    """SIGINT (Ctrl-C) and SIGTERM while training: the current step finishes, a checkpoint is
+    saved and training stops with exit code 128 + signal. A second signal stops at once (the
+    last saved checkpoint stays intact). Outside the main thread nothing is installed."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum != 0
+
+    @property
+    def name(self) -> str:
+        return {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIGTERM)"}[
+            self.signum
+        ]
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.requested:
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        self.signum = signum
+        if sys.stderr.isatty():  # a person pressed Ctrl-C: say that something is happening
+            print("\nstopping after this step to save a checkpoint (again to stop at once)",
+                  file=sys.stderr)  # fmt: skip
+
+    def __enter__(self) -> StopRequests:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
 
 
 def _finished(step: int, position: Position, t: TrainConfig, seconds: float) -> bool:

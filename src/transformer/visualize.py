@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from .embeddings import sinusoidal_table
+from .errors import BadValue
 from .model import AttentionMaps
 
 KINDS: tuple[str, ...] = ("encoder_self", "decoder_self", "cross")
@@ -56,9 +57,7 @@ class Panel:
 
 def _check_index(name: str, value: int | None, count: int, what: str) -> None:
     if value is not None and not 0 <= value < count:
-        raise ValueError(
-            f"{name} {value} is out of range: valid {name}s are 0..{count - 1} ({what})"
-        )
+        raise BadValue(f"{name} {value} is out of range: valid {name}s are 0..{count - 1} ({what})")
 
 
 def _labels(labels: Sequence[str], length: int, what: str) -> tuple[str, ...]:

@@ -1,0 +1,432 @@
+"""Fault injection: the real command line under mistakes, damage, full disks and signals.
+
+Each case runs ``python -m transformer`` in a temporary folder and checks what a user sees: the
+exit code; that stderr is a single line, without a traceback, naming the file or value at fault;
+and that every file the user had before is byte-identical afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from transformer.config import load_config, parse_overrides
+from transformer.train import train
+
+TINY = [
+    "--preset", "tiny", "--corpus", "numbers", "--numbers_max", "999", "--numbers_train", "400",
+    "--numbers_valid", "20", "--numbers_test", "30", "--vocab_size", "80", "--max_tokens", "800",
+    "--warmup_steps", "10", "--bleu_sentences", "5", "--max_positions", "48", "--log_every", "1",
+]  # fmt: skip
+STEP_10, STEP_20 = "step_00000010", "step_00000020"
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: list[str]  # lines
+
+
+def cli(*args: str, stdin: str | bytes | None = None, script: str | None = None) -> Result:
+    """Runs the command line in a child process (``script``: Python run instead of ``-m``)."""
+    command = [sys.executable, "-c", script, *args] if script else [
+        sys.executable, "-m", "transformer", *args
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("TRANSFORMER_DEBUG", None)
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    done = subprocess.run(command, input=data, capture_output=True, env=env, timeout=300)
+    stderr = done.stderr.decode(errors="replace").splitlines()
+    return Result(done.returncode, done.stdout.decode(errors="replace"), stderr)
+
+
+def one_line_error(result: Result, code: int, *needles: str) -> str:
+    """Asserts the exit code and a single stderr line, with no traceback, holding ``needles``."""
+    assert result.code == code, (result.code, result.stderr)
+    assert len(result.stderr) == 1, result.stderr
+    line = result.stderr[0]
+    assert "Traceback" not in line
+    for needle in needles:
+        assert needle in line, (needle, line)
+    return line
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``folder`` (the flock file ``.lock`` aside: it is ours)."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A tiny run with checkpoints at steps 10 and 20 (best = last = 20)."""
+    out = tmp_path_factory.mktemp("faults") / "run"
+    args = [*TINY, "--max_steps", "20", "--save_every", "10", "--validate_every", "10"]
+    train(load_config(None, parse_overrides(args)), out, progress=False)
+    return out
+
+
+@pytest.fixture
+def run(trained, tmp_path) -> Path:
+    """A fresh copy of the tiny run, and a user's own file beside it."""
+    copy = tmp_path / "run"
+    shutil.copytree(trained, copy)
+    (copy / "notes.txt").write_text("the user's notes, never to be touched\n")
+    return copy
+
+
+# ------------------------------------------------------------------ outputs that are inputs
+def test_translate_output_equal_to_input_is_refused(run, tmp_path):
+    text = tmp_path / "in.txt"
+    text.write_text("twelve\nfour\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(text)
+    before = snapshot(tmp_path)
+    for output in (text, link):
+        result = cli("translate", str(run), "-i", str(text), "-o", str(output))
+        one_line_error(result, 2, f"--output {output}", "same file as --input")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("flag", ["--src", "--ref"])
+def test_evaluate_output_equal_to_an_input_is_refused(run, tmp_path, flag):
+    (tmp_path / "s.txt").write_text("twelve\nfour\n")
+    (tmp_path / "r.txt").write_text("douze\nquatre\n")
+    target = tmp_path / ("s.txt" if flag == "--src" else "r.txt")
+    before = snapshot(tmp_path)
+    result = cli("evaluate", str(run), "--src", str(tmp_path / "s.txt"),
+                 "--ref", str(tmp_path / "r.txt"), "--output", str(target))  # fmt: skip
+    one_line_error(result, 2, f"same file as {flag}")
+    assert snapshot(tmp_path) == before
+
+
+def test_a_failed_translation_leaves_the_old_output_file(run, tmp_path):
+    output = tmp_path / "out.txt"
+    output.write_text("yesterday's translations\n")
+    # 2,500 good lines (one chunk of 2,000 is translated and written), then invalid UTF-8.
+    stdin = b"one\n" * 2500 + b"tw\xffo\n"
+    result = cli("translate", str(run), "--beam", "1", "-o", str(output), stdin=stdin)
+    one_line_error(result, 2, "line 2501")
+    assert output.read_text() == "yesterday's translations\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt", "run"]  # no temporary file
+
+
+# ------------------------------------------------------------------------ --overwrite
+@pytest.mark.parametrize(
+    ("mistake", "needle"),
+    [
+        ("invalid_utf8", "line 2 is not valid UTF-8"),
+        ("vocab_size_5", "vocab_size=5"),
+        ("every_pair_too_long", "every training pair is longer than data.max_len=1"),
+        ("bad_value", "must be a finite number"),
+    ],
+)
+def test_overwrite_with_bad_input_keeps_the_old_run(run, tmp_path, mistake, needle):
+    before = snapshot(run)
+    args = ["train", "--out", str(run), "--overwrite", "--quiet", *TINY, "--max_steps", "2"]
+    if mistake == "invalid_utf8":
+        (tmp_path / "bad.txt").write_bytes(b"one two\n\xff\n")
+        (tmp_path / "good.txt").write_text("un deux\ntrois\n")
+        args += ["--corpus", "null", "--src", str(tmp_path / "bad.txt"),
+                 "--tgt", str(tmp_path / "good.txt")]  # fmt: skip
+    else:
+        args += {"vocab_size_5": ["--vocab_size", "5"], "every_pair_too_long": ["--max_len", "1"],
+                 "bad_value": ["--peak_lr", "nan"]}[mistake]  # fmt: skip
+    one_line_error(cli(*args), 2, needle)
+    assert snapshot(run) == before
+
+
+def test_overwrite_keeps_the_old_run_until_the_new_one_has_a_checkpoint(run):
+    before = snapshot(run)
+    args = ["train", "--out", str(run), "--overwrite", "--quiet", *TINY, "--max_steps", "100000",
+            "--save_every", "100000", "--validate_every", "100000"]  # fmt: skip
+    child = subprocess.Popen([sys.executable, "-m", "transformer", *args], stderr=subprocess.PIPE)
+    _wait_for_rows(run / ".staging" / "metrics.jsonl", 3)
+    child.kill()  # kill -9: no chance to clean up
+    child.wait()
+    assert snapshot(run).items() >= before.items()  # every old file as it was
+    # The next start finds the abandoned new run and removes it; the old run is intact.
+    result = cli("translate", str(run), stdin="twelve\n")
+    assert result.code == 0, result.stderr
+    resumed = cli("train", "--out", str(run), "--resume", "--quiet", "--max_steps", "21")
+    assert resumed.code == 0, resumed.stderr
+    assert any("removed" in line and ".staging" in line for line in resumed.stderr)
+    assert not (run / ".staging").exists()
+
+
+def test_overwrite_replaces_the_run_once_it_has_a_checkpoint(run):
+    old_config = (run / "config.json").read_text()
+    args = ["train", "--out", str(run), "--overwrite", "--quiet", *TINY, "--max_steps", "4",
+            "--save_every", "2", "--validate_every", "2", "--d_model", "16"]  # fmt: skip
+    assert cli(*args).code == 0
+    assert (run / "config.json").read_text() != old_config
+    assert json.loads((run / "config.json").read_text())["model"]["d_model"] == 16
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == [
+        "step_00000002", "step_00000004"
+    ]  # fmt: skip
+    assert (run / "notes.txt").read_text().startswith("the user's notes")
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == [".lock"]
+
+
+# ----------------------------------------------------------------- index and checkpoints
+@pytest.mark.parametrize("damage", ["missing", "garbage"])
+def test_a_bad_index_falls_back_to_the_newest_checkpoint(run, damage):
+    index = run / "checkpoints" / "index.json"
+    index.unlink() if damage == "missing" else index.write_text("{garbage")
+    expected = cli("translate", str(run / "checkpoints" / STEP_20), stdin="twelve\n").stdout
+    result = cli("translate", str(run), stdin="twelve\n")
+    assert result.code == 0 and result.stdout == expected
+    warning = one_line_error(Result(0, "", result.stderr), 0, "index.json", STEP_20)
+    assert "warning" in warning
+    resumed = cli("train", "--out", str(run), "--resume", "--quiet", "--max_steps", "22")
+    assert resumed.code == 0, resumed.stderr
+    assert "index.json" in resumed.stderr[0] and STEP_20 in resumed.stderr[0]
+    assert json.loads(index.read_text())["last"] == "step_00000022"
+
+
+def test_a_run_without_a_checkpoint_says_how_to_go_on(run):
+    shutil.rmtree(run / "checkpoints")
+    args = ["train", "--out", str(run), "--quiet", *TINY, "--max_steps", "3"]
+    one_line_error(cli(*args), 2, "stopped before its first checkpoint", "--resume", "--overwrite")
+    result = cli("train", "--out", str(run), "--resume", "--quiet", "--max_steps", "3")
+    assert result.code == 0, result.stderr
+    assert "starting again from step 0" in result.stderr[0]
+    assert (run / "checkpoints" / "step_00000003").is_dir()
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated"])
+@pytest.mark.parametrize("command", ["translate", "evaluate", "average"])
+def test_damaged_weights_name_the_file(run, damage, command):
+    weights = run / "checkpoints" / STEP_20 / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(b"" if damage == "empty" else data[: len(data) // 2])
+    before = snapshot(run)
+    args = {"translate": ["translate", str(run)], "evaluate": ["evaluate", str(run)],
+            "average": ["average", str(run), "--last", "2"]}[command]  # fmt: skip
+    one_line_error(cli(*args, stdin="twelve\n"), 2, str(weights), "is damaged")
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("file", ["model.safetensors", "trainer.pt"])
+def test_resume_falls_back_to_the_newest_intact_checkpoint(run, file):
+    damaged = run / "checkpoints" / STEP_20 / file
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    result = cli("train", "--out", str(run), "--resume", "--quiet", "--max_steps", "12")
+    assert result.code == 0, result.stderr
+    assert str(damaged) in result.stderr[0] and "is damaged" in result.stderr[0]
+    assert STEP_10 in result.stderr[1]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    resumed = [row for row in rows if row.get("event") == "resume"]
+    assert len(resumed) == 1 and resumed[0]["step"] == 10 and resumed[0]["checkpoint"] == STEP_10
+
+
+# ------------------------------------------------------------------------- full disk
+FULL_DISK = textwrap.dedent("""
+    import builtins, errno, sys
+    from transformer import checkpoint
+    from transformer.cli import main
+
+    def full_disk(path, mode="r", *args, **kwargs):
+        if "w" in mode and ".tmp-step_00000020" in str(path):  # the second save
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return builtins.open(path, mode, *args, **kwargs)
+
+    checkpoint.open = full_disk
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_a_full_disk_while_saving_names_the_folder_and_keeps_the_last_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    args = ["train", "--out", str(out), "--quiet", *TINY, "--max_steps", "30",
+            "--save_every", "10", "--validate_every", "10"]  # fmt: skip
+    line = one_line_error(cli(*args, script=FULL_DISK), 2, "no space left on device")
+    assert f"saving checkpoint {STEP_20} in {out / 'checkpoints'}" in line
+    assert f"{out / 'checkpoints' / STEP_10} is intact" in line
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["index.json", STEP_10]
+    assert cli("translate", str(out), stdin="twelve\n").code == 0
+
+
+def test_a_really_full_disk(tmp_path):
+    """The same on a 2 MB tmpfs, where the test may mount one (root on Linux)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
+                             capture_output=True)  # fmt: skip
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        out = disk / "run"
+        args = ["train", "--out", str(out), "--quiet", *TINY, "--max_steps", "1000",
+                "--save_every", "1", "--validate_every", "1000",
+                "--keep_checkpoints", "100"]  # fmt: skip
+        one_line_error(cli(*args), 2, "no space left on device")
+        assert not list((out / "checkpoints").glob(".tmp-*"))
+        assert cli("translate", str(out), stdin="twelve\n").code == 0  # the last one loads
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+# ---------------------------------------------------------------------- bad values
+def test_evaluate_with_empty_files(run, tmp_path):
+    (tmp_path / "s.txt").write_text("")
+    (tmp_path / "r.txt").write_text("")
+    result = cli("evaluate", str(run), "--src", str(tmp_path / "s.txt"),
+                 "--ref", str(tmp_path / "r.txt"))  # fmt: skip
+    one_line_error(result, 2, "nothing to evaluate", "s.txt")
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "field"),
+    [
+        ("--temperature", "inf", "temperature"),
+        ("--temperature", "nan", "temperature"),
+        ("--max-len-a", "inf", "max_len_a"),
+        ("--max-len-a", "nan", "max_len_a"),
+        ("--length-penalty", "nan", "length_penalty"),
+        ("--length-penalty", "-1", "length_penalty"),
+    ],
+)
+def test_non_finite_or_negative_options_are_refused(run, option, value, field):
+    result = cli("translate", str(run), option, value, "--sampling", stdin="twelve\n")
+    one_line_error(result, 2, field, value)
+
+
+@pytest.mark.parametrize("option", ["--max_minutes", "--peak_lr", "--dropout", "--clip_norm"])
+def test_non_finite_training_options_are_refused(tmp_path, option):
+    result = cli("train", "--out", str(tmp_path / "run"), *TINY, option, "nan")
+    one_line_error(result, 2, option.strip("-"), "nan")
+    assert not (tmp_path / "run").exists()
+
+
+# -------------------------------------------------------------------------- signals
+def _wait_for_rows(path: Path, rows: int, timeout: float = 120) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if path.exists() and len(path.read_text().splitlines()) >= rows:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never had {rows} rows")
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_saves_a_checkpoint_and_says_how_to_resume(tmp_path, signum, code):
+    out = tmp_path / "run"
+    args = ["train", "--out", str(out), "--quiet", *TINY, "--max_steps", "100000",
+            "--save_every", "100000", "--validate_every", "100000"]  # fmt: skip
+    child = subprocess.Popen([sys.executable, "-m", "transformer", *args],
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    _wait_for_rows(out / "metrics.jsonl", 4)
+    child.send_signal(signum)
+    stderr = child.communicate(timeout=120)[1].splitlines()
+    line = one_line_error(Result(child.returncode, "", stderr), code, "continue with:")
+    assert line.endswith(f"transformer train --out {out} --resume")
+    step = int(line.split(" at step ")[1].split(":")[0])
+    index = json.loads((out / "checkpoints" / "index.json").read_text())
+    assert index["last"] == f"step_{step:08d}"
+    result = cli("train", "--out", str(out), "--resume", "--quiet", "--max_steps", str(step + 2))
+    assert result.code == 0, result.stderr
+
+
+def test_kill_9_at_random_points_always_leaves_a_loadable_run(tmp_path):
+    out = tmp_path / "run"
+    args = ["train", "--out", str(out), "--quiet", *TINY, "--max_steps", "100000",
+            "--save_every", "1", "--validate_every", "100000",
+            "--keep_checkpoints", "2"]  # fmt: skip
+    rng = random.Random(8)
+    for attempt in range(3):
+        command = [sys.executable, "-m", "transformer", *args, *(["--resume"] if attempt else [])]
+        child = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+        _wait_for_rows(out / "metrics.jsonl", 2 + 10 * attempt)
+        time.sleep(rng.uniform(0.0, 1.0))
+        child.kill()
+        child.wait()
+        result = cli("translate", str(out), stdin="twelve\n")
+        assert result.code == 0 and result.stdout.count("\n") == 1, result.stderr
+    last = json.loads((out / "checkpoints" / "index.json").read_text())["last"]
+    result = cli("train", "--out", str(out), "--resume", "--quiet",
+                 "--max_steps", str(int(last[5:]) + 1))  # fmt: skip
+    assert result.code == 0, result.stderr
+    assert not [p for p in (out / "checkpoints").iterdir() if p.name.startswith(".")]
+
+
+def test_a_broken_pipe_exits_quietly(run):
+    shell = (f"set -o pipefail; {sys.executable} -m transformer translate {run} --beam 1 "
+             "| head -1")  # fmt: skip
+    done = subprocess.run(["bash", "-c", shell], input="twelve\n" * 3000, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 141 and done.stderr == "" and done.stdout.count("\n") == 1
+
+
+# ---------------------------------------------------------------------- smaller points
+def test_leftovers_of_an_interrupted_prune_are_cleaned_on_the_next_start(run):
+    (run / "checkpoints" / "step_00000005").mkdir()  # half-deleted by an older version
+    (run / "checkpoints" / ".trash-step_00000001").mkdir()
+    result = cli("train", "--out", str(run), "--resume", "--quiet", "--max_steps", "21")
+    assert result.code == 0, result.stderr
+    assert "step_00000005" in result.stderr[0] and ".trash-step_00000001" in result.stderr[0]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "index.json", STEP_10, STEP_20, "step_00000021"
+    ]  # fmt: skip
+
+
+def test_dropped_pairs_and_a_capped_vocabulary_are_reported(tmp_path):
+    args = ["train", "--out", str(tmp_path / "run"), "--quiet", *TINY, "--max_steps", "1",
+            "--vocab_size", "5000", "--max_len", "6"]  # fmt: skip
+    result = cli(*args)
+    assert result.code == 0, result.stderr
+    dropped = [line for line in result.stderr if "longer than data.max_len=6" in line]
+    assert len(dropped) == 2 and "train pairs" in dropped[0] and " of 400 " in dropped[0]
+    assert any("data.vocab_size is 5,000 but" in line for line in result.stderr)
+
+
+def test_a_second_training_into_the_same_folder_is_refused(run):
+    args = ["train", "--out", str(run), "--resume", "--quiet", "--max_steps", "100000",
+            "--save_every", "100000", "--validate_every", "100000"]  # fmt: skip
+    child = subprocess.Popen([sys.executable, "-m", "transformer", *args],
+                             stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        _wait_for_rows(run / "metrics.jsonl", 30)  # the first is training
+        before = snapshot(run / "checkpoints")
+        result = cli("train", "--out", str(run), "--resume", "--quiet")
+        one_line_error(result, 2, f"{run} is in use by another training (process {child.pid})")
+        assert snapshot(run / "checkpoints") == before
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_src_without_tgt_names_the_flag(tmp_path):
+    (tmp_path / "a.txt").write_text("one\ntwo\n")
+    result = cli("train", "--src", str(tmp_path / "a.txt"), "--out", str(tmp_path / "x"))
+    one_line_error(result, 2, "a.txt: line 1 has no tab", "--tgt")
+
+
+def test_an_unknown_config_lists_the_built_in_ones(tmp_path):
+    result = cli("train", "--config", "nosuch", "--out", str(tmp_path / "x"))
+    one_line_error(result, 2, "nosuch", "multi30k-de-en, numbers")
+
+
+def test_the_demo_refuses_to_replace_another_kind_of_run(run):
+    values = json.loads((run / "config.json").read_text())
+    values["data"]["corpus"] = "multi30k"
+    (run / "config.json").write_text(json.dumps(values))
+    before = snapshot(run)
+    one_line_error(cli("demo", "--out", str(run)), 2, "not a demo run", "choose another --out")
+    assert snapshot(run) == before
