@@ -23,9 +23,10 @@ import time
 import torch
 from torch import Tensor, nn
 
-from transformer.config import EOS_ID, DecodeConfig, ModelConfig
-from transformer.decoding import translate_ids
+from transformer.config import DecodeConfig, ModelConfig
+from transformer.inference import translate_ids
 from transformer.model import Transformer
+from transformer.vocab import EOS_ID
 
 FIRST_PIECE = 4  # ids below are PAD, UNK, BOS, EOS
 

@@ -20,17 +20,16 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from transformer.average import average_last
-from transformer.batching import encode_source
-from transformer.checkpoint import load_checkpoint
-from transformer.cli import builtin_config
-from transformer.config import load_config
+from transformer.config_files import load_config
 from transformer.data import load_splits
-from transformer.decoding import translate_ids
-from transformer.evaluate import score_translations
-from transformer.metrics import read_metrics
-from transformer.tokenizer import Tokenizers
-from transformer.train import train
+from transformer.data.batching import encode_source
+from transformer.data.tokenizer import Tokenizers
+from transformer.inference import translate_ids
+from transformer.inference.evaluate import score_translations
+from transformer.training.average import average_last
+from transformer.training.checkpoint import load_checkpoint
+from transformer.training.loop import train
+from transformer.training.metrics import read_metrics
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -70,10 +69,8 @@ def main() -> None:
     parser.add_argument("--skip-train", action="store_true")
     args = parser.parse_args()
     out = Path(args.out)
-    overrides = {"max_minutes": str(args.minutes)}
-    if args.data_dir:
-        overrides["data_dir"] = args.data_dir
-    config = load_config(str(builtin_config("multi30k-de-en")), overrides)
+    overrides = {"train": {"max_minutes": args.minutes}, "data": {"data_dir": args.data_dir}}
+    config = load_config("multi30k-de-en", overrides)
     if not args.skip_train:
         train(config, out, overwrite=True)
     RESULTS.mkdir(exist_ok=True)

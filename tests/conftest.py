@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from transformer.config import load_config, parse_overrides
-from transformer.train import train
+from transformer.cli import config_from_args
+from transformer.training.loop import train
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -22,5 +22,5 @@ def numbers_model(tmp_path_factory) -> Path:
         "--peak_lr", "3e-3", "--bleu_sentences", "10", "--max_positions", "48",
         "--best_metric", "loss",  # BLEU on 10 sentences of a barely trained model is noise
     ]  # fmt: skip
-    train(load_config(None, parse_overrides(args)), out, progress=False)
+    train(config_from_args(args), out, progress=False)
     return out

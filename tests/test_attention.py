@@ -5,13 +5,13 @@ import math
 import pytest
 import torch
 
-from transformer.attention import (
+from transformer.model.attention import (
     MultiHeadAttention,
     attention_fused,
     attention_reference,
     scaled_dot_product_attention,
 )
-from transformer.masks import combined_mask, look_ahead_mask, padding_mask
+from transformer.model.masks import combined_mask, look_ahead_mask, padding_mask
 
 
 def qkv(B=2, H=3, Tq=5, Tk=6, Dh=8, seed=0):

@@ -5,9 +5,9 @@ import random
 import pytest
 import torch
 
-from transformer.batching import Example, collate, make_batches
-from transformer.config import BOS_ID, EOS_ID, PAD_ID
+from transformer.data.batching import Example, collate, make_batches
 from transformer.errors import UserError
+from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 def examples(n=500, seed=0):
@@ -69,7 +69,8 @@ def test_a_pair_larger_than_max_tokens_is_a_clear_error():
 
 def test_stream_positions_mark_complete_epochs():
     from transformer.config import TrainConfig
-    from transformer.train import Position, _finished, batch_stream
+    from transformer.training.loop import _finished
+    from transformer.training.state import Position, batch_stream
 
     data = examples(200)
     per_epoch = len(make_batches(data, 256, seed=1, epoch=0))

@@ -6,10 +6,10 @@ import random
 import pytest
 import torch
 
-from transformer import checkpoint as ckpt
 from transformer.config import ModelConfig, RunConfig
 from transformer.errors import UserError
 from transformer.model import Transformer
+from transformer.training import checkpoint as ckpt
 
 
 def run_config(**model):

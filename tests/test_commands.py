@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from transformer.checkpoint import load_checkpoint, step_checkpoints
 from transformer.cli import main
 from transformer.demo import run_demo
+from transformer.training.checkpoint import load_checkpoint, step_checkpoints
 
 SOURCES = ["seven hundred and seventy-one", "", "twelve", "eighty"]
 
@@ -190,10 +190,8 @@ def test_demo_runs_end_to_end_on_a_short_budget(tmp_path, capsys):
         tmp_path / "demo",
         progress=False,
         overrides={
-            "max_steps": "20",
-            "numbers_train": "2000",
-            "validate_every": "10",
-            "save_every": "10",
+            "train": {"max_steps": 20, "validate_every": 10, "save_every": 10},
+            "data": {"numbers_train": 2000},
         },
     )
     out = capsys.readouterr().out

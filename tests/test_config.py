@@ -4,7 +4,9 @@ import dataclasses
 
 import pytest
 
-from transformer.config import RunConfig, load_config, parse_overrides
+from transformer.cli import config_from_args
+from transformer.config import RunConfig
+from transformer.config_files import load_config
 from transformer.errors import UserError
 
 
@@ -15,8 +17,8 @@ def test_yaml_and_overrides_fill_the_dataclasses(tmp_path):
         "data: {corpus: multi30k, src_lang: de, tgt_lang: en}\n"
         "train: {max_steps: 10, bf16: false}\n"
     )
-    cfg = load_config(
-        str(path), parse_overrides(["--train.max_steps", "20", "--beam-size=2", "--bf16", "true"])
+    cfg = config_from_args(
+        ["--config", str(path), "--train.max_steps", "20", "--beam-size=2", "--bf16", "true"]
     )
     assert cfg.model.d_model == 32 and cfg.model.dropout == 0.2  # tiny preset + override
     assert (cfg.data.corpus, cfg.data.src_lang, cfg.data.tgt_lang) == ("multi30k", "de", "en")
@@ -27,9 +29,7 @@ def test_yaml_and_overrides_fill_the_dataclasses(tmp_path):
 
 
 def test_config_round_trips_through_a_dict():
-    cfg = load_config(
-        None, parse_overrides(["--preset", "tiny", "--corpus", "null", "--lr_factor", "2"])
-    )
+    cfg = config_from_args(["--preset", "tiny", "--corpus", "null", "--lr_factor", "2"])
     assert cfg.data.corpus is None and cfg.train.lr_factor == 2.0
     assert RunConfig.from_dict(cfg.to_dict()) == cfg
 
@@ -37,10 +37,14 @@ def test_config_round_trips_through_a_dict():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--no_such_key", "1"], "unknown config key 'no_such_key'"),
-        (["--train.nope", "1"], r"unknown config key train.'nope'"),
-        (["--max_steps", "many"], "train.max_steps must be int"),
-        (["--bf16"], "needs a value"),
+        (["--no_such_key", "1"], "unknown option --no_such_key"),
+        (["--train.nope", "1"], r"unknown option --train.nope"),
+        (
+            ["--train.max_stepz", "1"],
+            r"unknown option --train.max_stepz; did you mean --train.max_steps",
+        ),
+        (["--max_steps", "many"], "--train.max_steps must be int, got 'many'"),
+        (["--bf16", "maybe"], "--train.bf16 must be bool, got 'maybe'"),
         (["--d_model", "30"], "d_model"),
         (["--label_smoothing", "1.5"], "label_smoothing"),
         (["--nbest", "9"], "nbest"),
@@ -48,7 +52,7 @@ def test_config_round_trips_through_a_dict():
 )
 def test_bad_overrides_are_clear_errors(args, message):
     with pytest.raises(UserError, match=message):
-        load_config(None, parse_overrides(args))
+        config_from_args(args)
 
 
 def test_bad_files_are_clear_errors(tmp_path):
@@ -56,7 +60,7 @@ def test_bad_files_are_clear_errors(tmp_path):
         load_config(str(tmp_path / "missing.yaml"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("train: {max_stepz: 3}\n")
-    with pytest.raises(UserError, match=r"bad.yaml: unknown config key train.'max_stepz'"):
+    with pytest.raises(UserError, match=r"bad.yaml: unknown config key train.max_stepz; did you"):
         load_config(str(bad))
     bad.write_text("trian: {}\n")
     with pytest.raises(UserError, match="unknown config section 'trian'"):
@@ -67,7 +71,7 @@ def test_every_key_belongs_to_one_section():
     # So that a bare --key always names one field.
     from collections import Counter
 
-    from transformer.config import SECTIONS, _field_types
+    from transformer.config import SECTIONS
 
-    counts = Counter(key for cls in SECTIONS.values() for key in _field_types(cls))
+    counts = Counter(f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls))
     assert [key for key, n in counts.items() if n > 1] == []

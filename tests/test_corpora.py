@@ -10,20 +10,18 @@ from pathlib import Path
 import pytest
 from num2words import num2words
 
-from transformer import corpora
 from transformer.config import DataConfig
-from transformer.corpora import (
+from transformer.data import download as downloads
+from transformer.data import load_splits
+from transformer.data.download import RemoteFile, corpus_file, download
+from transformer.data.numbers import (
     NumberWords,
-    RemoteFile,
-    corpus_file,
-    download,
     magnitude,
     number_pairs,
     number_splits,
     numbers_corpus,
     numbers_test_note,
 )
-from transformer.data import load_splits
 from transformer.errors import UserError
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -92,7 +90,8 @@ def test_numbers_training_sees_every_magnitude_often():
     for digits in range(1, 7):  # each class about a sixth (3 digits a little less: held out)
         assert 0.14 < per_digits[digits] / len(splits.train) < 0.19, per_digits
     every_small = Counter(n for n in splits.train if n < 100)
-    assert len(every_small) == 100 and min(every_small.values()) >= 150
+    # Hundreds of times rather than once (round tens more often: digits are zeroed).
+    assert len(every_small) == 100 and min(every_small.values()) >= 80
     # Valid and test: every class, the small ones whole, held-out ones capped at 1/8 of a class.
     for split in (splits.valid, splits.test):
         per_class = Counter(magnitude(n) for n in split)
@@ -182,7 +181,7 @@ def fake_multi30k(folder):
 def test_multi30k_downloads_into_the_cache(tmp_path, monkeypatch):
     upstream = tmp_path / "upstream"
     upstream.mkdir()
-    monkeypatch.setattr(corpora, "REMOTE_FILES", fake_multi30k(upstream))
+    monkeypatch.setattr(downloads, "REMOTE_FILES", fake_multi30k(upstream))
     monkeypatch.setenv("TRANSFORMER_DATA", str(tmp_path / "cache"))
     splits = load_splits(DataConfig(corpus="multi30k", src_lang="en", tgt_lang="de"))
     assert splits.train[1] == ("train en 1", "train de 1")
@@ -194,7 +193,7 @@ def test_data_dir_is_read_without_download(tmp_path, monkeypatch):
     local = tmp_path / "local"
     (local / "multi30k").mkdir(parents=True)
     fake_multi30k(local / "multi30k")
-    monkeypatch.setattr(corpora, "REMOTE_FILES", {})  # any download attempt would fail
+    monkeypatch.setattr(downloads, "REMOTE_FILES", {})  # any download attempt would fail
     for folder in (local, local / "multi30k"):  # both layouts are accepted
         data = DataConfig(corpus="multi30k", src_lang="de", tgt_lang="en", data_dir=str(folder))
         assert load_splits(data).test[1] == ("test_2016_flickr de 1", "test_2016_flickr en 1")
@@ -228,8 +227,8 @@ needs_shared = pytest.mark.skipif(
 
 @needs_shared
 def test_pinned_checksums_match_the_tested_files():
-    for key, remote in corpora.REMOTE_FILES.items():
-        assert corpora.sha256_of(SHARED_DATA / key) == remote.sha256, key
+    for key, remote in downloads.REMOTE_FILES.items():
+        assert downloads.sha256_of(SHARED_DATA / key) == remote.sha256, key
 
 
 @needs_shared

@@ -10,7 +10,6 @@ from dataclasses import replace
 import pytest
 
 from transformer.config import DataConfig
-from transformer.corpora import numbers_corpus
 from transformer.data import (
     drop_empty,
     load_splits,
@@ -19,6 +18,7 @@ from transformer.data import (
     read_tsv_pairs,
     split_pairs,
 )
+from transformer.data.numbers import numbers_corpus
 from transformer.errors import UserError
 
 FILES = DataConfig(corpus=None)
@@ -164,7 +164,7 @@ def test_splits_do_not_depend_on_python_hash_seed():
     # this process a random one (unless PYTHONHASHSEED is set).
     script = (
         "from transformer.config import DataConfig\n"
-        "from transformer.corpora import numbers_corpus\n"
+        "from transformer.data.numbers import numbers_corpus\n"
         "from transformer.data import split_pairs\n"
         "pairs = [(f's{i}', f't{i}') for i in range(300)]\n"
         "print(split_pairs(pairs, 0.1, 0.1, 3)[1])\n"

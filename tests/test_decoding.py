@@ -7,11 +7,15 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from transformer.beam import beam_search
-from transformer.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, ModelConfig
-from transformer.decoding import _length_batches, greedy_search, sample, translate_ids
-from transformer.masks import padding_mask
+from transformer.config import DecodeConfig, ModelConfig
+from transformer.data.batching import length_batches
+from transformer.inference import greedy_search, sample, translate_ids
+from transformer.inference.beam import beam_search
 from transformer.model import Transformer
+from transformer.model.masks import padding_mask
+from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
+
+DC = DecodeConfig  # the searches take their settings as one DecodeConfig
 
 V = 30  # target vocabulary of the tiny models
 
@@ -101,10 +105,10 @@ def test_cached_logits_equal_full_prefix_logits_step_by_step(overrides):
 
 
 SEARCHES = {
-    "greedy": lambda m, src, **kw: greedy_search(m, src, max_len_b=12, **kw),
-    "beam": lambda m, src, **kw: beam_search(m, src, beam_size=4, nbest=3, max_len_b=12, **kw),
+    "greedy": lambda m, src, **kw: greedy_search(m, src, DC(max_len_b=12), **kw),
+    "beam": lambda m, src, **kw: beam_search(m, src, DC(beam_size=4, nbest=3, max_len_b=12), **kw),
     "sample": lambda m, src, **kw: sample(
-        m, src, max_len_b=12, generator=torch.Generator().manual_seed(7), **kw
+        m, src, DC(sampling=True, max_len_b=12), torch.Generator().manual_seed(7), **kw
     ),
 }
 
@@ -124,8 +128,8 @@ def test_cached_and_uncached_search_agree(search, make_model):
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_beam_size_one_equals_greedy(use_cache):
     model, src = varied(), padded(SENTENCES)
-    greedy = greedy_search(model, src, max_len_b=12, use_cache=use_cache)
-    beam = beam_search(model, src, 1, 0.0, max_len_b=12, use_cache=use_cache)
+    greedy = greedy_search(model, src, DC(max_len_b=12), use_cache=use_cache)
+    beam = beam_search(model, src, DC(1, 0.0, max_len_b=12), use_cache=use_cache)
     assert_same([[hyp] for hyp in greedy], beam)
     limits = [len(s) + 12 for s in SENTENCES]
     assert any(len(h.tokens) < n for h, n in zip(greedy, limits, strict=True)), "all hit the limit"
@@ -143,7 +147,7 @@ def test_sentence_alone_equals_sentence_inside_a_padded_batch(search):
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
 def test_nbest_scores_equal_teacher_forced_rescoring(alpha):
     model = varied()
-    results = beam_search(model, padded(SENTENCES), 5, alpha, 1.0, 6, nbest=5)
+    results = beam_search(model, padded(SENTENCES), DC(5, alpha, 1.0, 6, nbest=5))
     for sentence, nbest in zip(SENTENCES, results, strict=True):
         assert len(nbest) == 5
         scores = [h.score for h in nbest]
@@ -164,9 +168,17 @@ def test_max_length_is_respected_and_hypotheses_end_cleanly(a, b):
     src = padded(SENTENCES)
     limits = [math.floor(a * len(s) + b) for s in SENTENCES]
     outputs = {
-        "greedy": [[h] for h in greedy_search(model, src, a, b)],
-        "beam": beam_search(model, src, 3, 0.6, a, b, nbest=3),
-        "sample": [[h] for h in sample(model, src, 1.0, 0, a, b, torch.Generator().manual_seed(0))],
+        "greedy": [[h] for h in greedy_search(model, src, DC(max_len_a=a, max_len_b=b))],
+        "beam": beam_search(model, src, DC(3, 0.6, a, b, nbest=3)),
+        "sample": [
+            [h]
+            for h in sample(
+                model,
+                src,
+                DC(max_len_a=a, max_len_b=b, sampling=True),
+                torch.Generator().manual_seed(0),
+            )
+        ],
     }
     for name, results in outputs.items():
         for limit, hyps in zip(limits, results, strict=True):
@@ -177,7 +189,7 @@ def test_max_length_is_respected_and_hypotheses_end_cleanly(a, b):
 
 def test_max_length_is_capped_by_the_model_positions():
     model = tiny(max_positions=10)
-    hyps = greedy_search(model, padded(SENTENCES), max_len_a=0.0, max_len_b=50)
+    hyps = greedy_search(model, padded(SENTENCES), DC(max_len_a=0.0, max_len_b=50))
     assert max(len(h.tokens) for h in hyps) <= 9  # <s> + 9 tokens fill the 10 positions
 
 
@@ -260,11 +272,11 @@ def test_beam_beats_myopic_greedy_and_does_not_stop_at_the_first_eos(use_cache):
     greedy = greedy_search(stub, SRC, use_cache=use_cache)[0]
     assert greedy.tokens == [A]
     assert greedy.log_prob == pytest.approx(math.log(0.5 * 0.6))
-    best, second = beam_search(stub, SRC, 2, 0.0, nbest=2, use_cache=use_cache)[0]
+    best, second = beam_search(stub, SRC, DC(2, 0.0, nbest=2), use_cache=use_cache)[0]
     assert (best.tokens, second.tokens) == ([B, Y], [A])
     assert best.score == pytest.approx(math.log(0.36))
     assert second.score == pytest.approx(math.log(0.30))
-    assert beam_search(stub, SRC, 2, 0.0, use_cache=use_cache)[0][0].tokens == [B, Y]
+    assert beam_search(stub, SRC, DC(2, 0.0), use_cache=use_cache)[0][0].tokens == [B, Y]
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
@@ -275,12 +287,14 @@ def test_length_penalty_bound_keeps_searching_for_a_longer_better_hypothesis(use
     table = {(): {A: 0.6, B: 0.4}, (A,): {EOS_ID: 0.9, C: 0.1}}
     table.update({(B,) + (D,) * n: {D: 1.0} for n in range(4)})  # B, B D, .., B D D D -> D
     stub = Stub(table)
-    hyp = beam_search(stub, SRC, 2, 1.0, max_len_a=0.0, max_len_b=10, use_cache=use_cache)[0][0]
+    hyp = beam_search(stub, SRC, DC(2, 1.0, max_len_a=0.0, max_len_b=10), use_cache=use_cache)[0][0]
     assert hyp.tokens == [B, D, D, D, D]
     assert hyp.log_prob == pytest.approx(math.log(0.4))
     assert hyp.score == pytest.approx(math.log(0.4) / (11 / 6))
     # With room for only 4 tokens nothing running can beat "A": log 0.4 / lp(5) = -0.550.
-    short = beam_search(stub, SRC, 2, 1.0, max_len_a=0.0, max_len_b=4, use_cache=use_cache)[0][0]
+    short = beam_search(stub, SRC, DC(2, 1.0, max_len_a=0.0, max_len_b=4), use_cache=use_cache)[0][
+        0
+    ]
     assert short.tokens == [A]
 
 
@@ -293,18 +307,24 @@ def test_pad_and_bos_are_never_generated_and_eos_is_forced_at_the_limit(use_cach
     stub = Stub({}, default=GREEDY_TRAP)
     src = padded([[A], [A, B, C], [A, B, C, D, X]])
     limits = [3, 6, 9]  # floor(1.5 · len + 2)
-    for hyp, limit in zip(greedy_search(stub, src, 1.5, 2, use_cache), limits, strict=True):
+    for hyp, limit in zip(
+        greedy_search(stub, src, DC(max_len_a=1.5, max_len_b=2), use_cache), limits, strict=True
+    ):
         assert hyp.tokens == [A] * limit
         assert hyp.log_prob == pytest.approx(limit * math.log(0.2) + math.log(0.001))
     # Beam (α = 0): ending at once (0.001) beats any longer hypothesis; the forced ends follow.
-    beams = beam_search(stub, src, 3, 0.0, 1.5, 2, 3, use_cache)
+    beams = beam_search(stub, src, DC(3, 0.0, 1.5, 2, 3), use_cache)
     for nbest, limit in zip(beams, limits, strict=True):
         assert nbest[0].tokens == []
         assert nbest[1].tokens == [A] * limit
         assert nbest[1].log_prob == pytest.approx(limit * math.log(0.2) + math.log(0.001))
         assert all(len(h.tokens) <= limit and set(h.tokens) <= {A, B} for h in nbest)
     generator = torch.Generator().manual_seed(0)
-    for hyp, limit in zip(sample(stub, src, 1.0, 2, 1.5, 2, generator), limits, strict=True):
+    for hyp, limit in zip(
+        sample(stub, src, DC(sampling=True, top_k=2, max_len_a=1.5, max_len_b=2), generator),
+        limits,
+        strict=True,
+    ):
         assert len(hyp.tokens) == limit  # top-2 excludes EOS until it is forced
         assert set(hyp.tokens) <= {A, B}
 
@@ -313,10 +333,10 @@ def test_pad_and_bos_are_never_generated_and_eos_is_forced_at_the_limit(use_cach
 def test_finished_sentences_leave_the_running_batch(use_cache):
     src = padded([[A], [A, B, C, D, X]])  # limits 1 and 5 tokens (a = 1, b = 0)
     stub = Stub({}, default=GREEDY_TRAP)
-    greedy_search(stub, src, 1.0, 0, use_cache)
+    greedy_search(stub, src, DC(max_len_a=1.0, max_len_b=0), use_cache)
     assert stub.rows_seen == [2, 2, 1, 1, 1, 1]
     stub.rows_seen.clear()
-    beam_search(stub, src, 2, 0.0, 1.0, 0, use_cache=use_cache)
+    beam_search(stub, src, DC(2, 0.0, 1.0, 0), use_cache=use_cache)
     assert stub.rows_seen == [4, 4, 2, 2, 2, 2]  # K = 2 rows per sentence
 
 
@@ -326,7 +346,9 @@ def test_finished_sentences_leave_the_running_batch(use_cache):
 def test_sampling_with_top_k_1_equals_greedy():
     model, src = varied(), padded(SENTENCES)
     generator = torch.Generator().manual_seed(0)
-    assert_same(sample(model, src, 1.0, 1, generator=generator), greedy_search(model, src))
+    assert_same(
+        sample(model, src, DC(sampling=True, top_k=1), generator), greedy_search(model, src)
+    )
 
 
 def test_same_seed_same_samples():
@@ -337,7 +359,9 @@ def test_same_seed_same_samples():
 
 
 def first_tokens(stub: Stub, n: int, **kwargs) -> list[int]:
-    hyps = sample(stub, SRC.repeat(n, 1), generator=torch.Generator().manual_seed(0), **kwargs)
+    hyps = sample(
+        stub, SRC.repeat(n, 1), DC(sampling=True, **kwargs), torch.Generator().manual_seed(0)
+    )
     return [h.tokens[0] for h in hyps]
 
 
@@ -350,7 +374,7 @@ def test_sampling_frequencies_follow_the_tempered_distribution(temperature, expe
     tokens = first_tokens(stub, 2000, temperature=temperature)
     assert tokens.count(A) / 2000 == pytest.approx(expected, abs=0.035)
     # The reported log-prob is the model's own, not the tempered one.
-    hyp = sample(stub, SRC, temperature=temperature)[0]
+    hyp = sample(stub, SRC, DC(sampling=True, temperature=temperature))[0]
     assert hyp.log_prob == pytest.approx(math.log({A: 0.7, B: 0.3}[hyp.tokens[0]]))
 
 
@@ -381,9 +405,9 @@ def test_translate_ids_returns_input_order_whatever_the_batching(beam_size):
     for sentence, hyps in zip(CORPUS, runs[0], strict=True):
         src = torch.tensor([sentence or [PAD_ID]])  # an empty sentence is a row of padding
         if beam_size == 1:
-            assert_same(hyps, [greedy_search(model, src, 1.0, 10)[0]])
+            assert_same(hyps, [greedy_search(model, src, DC(max_len_a=1.0, max_len_b=10))[0]])
         else:
-            assert_same(hyps, beam_search(model, src, beam_size, 0.6, 1.0, 10, nbest)[0])
+            assert_same(hyps, beam_search(model, src, DC(beam_size, 0.6, 1.0, 10, nbest))[0])
     assert len(runs[0][1]) == nbest  # the empty sentence gets hypotheses too
 
 
@@ -410,7 +434,9 @@ def test_empty_inputs_and_padding_inside_a_sentence():
 
 def test_length_batches_respect_the_limits():
     lengths = [5, 1, 3, 0, 7, 2, 2, 9]
-    batches = _length_batches(lengths, DecodeConfig(batch_size=3, max_source_tokens=12))
+    costs = [(max(n, 1),) for n in lengths]
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    batches = length_batches(costs, order, max_tokens=12, max_items=3)
     assert [lengths[i] for batch in batches for i in batch] == sorted(lengths)
     assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
     for batch in batches:

@@ -9,7 +9,7 @@ import unicodedata
 import pytest
 import torch
 
-from transformer.explain import (
+from transformer.inspect.explain import (
     TOPICS,
     Step,
     explain,

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from transformer.config import load_config, parse_overrides
-from transformer.train import train
+from transformer.cli import config_from_args
+from transformer.training.loop import train
 
 TINY = [
     "--preset", "tiny", "--corpus", "numbers", "--numbers_max", "999", "--numbers_train", "400",
@@ -78,7 +78,7 @@ def trained(tmp_path_factory) -> Path:
     """A tiny run with checkpoints at steps 10 and 20 (best = last = 20)."""
     out = tmp_path_factory.mktemp("faults") / "run"
     args = [*TINY, "--max_steps", "20", "--save_every", "10", "--validate_every", "10"]
-    train(load_config(None, parse_overrides(args)), out, progress=False)
+    train(config_from_args(args), out, progress=False)
     return out
 
 
@@ -239,7 +239,7 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(run, file):
 # ------------------------------------------------------------------------- full disk
 FULL_DISK = textwrap.dedent("""
     import builtins, errno, sys
-    from transformer import checkpoint
+    from transformer.training import checkpoint
     from transformer.cli import main
 
     def full_disk(path, mode="r", *args, **kwargs):

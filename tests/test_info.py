@@ -2,7 +2,7 @@
 
 from transformer.cli import main
 from transformer.config import ModelConfig
-from transformer.info import parameter_table
+from transformer.inspect.info import parameter_table
 from transformer.model import Transformer
 
 

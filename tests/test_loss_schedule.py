@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer.config import PAD_ID
-from transformer.loss import label_smoothed_nll
-from transformer.schedule import inverse_sqrt_lr, schedule_factor
+from transformer.training.loss import label_smoothed_nll
+from transformer.training.schedule import inverse_sqrt_lr, schedule_factor
+from transformer.vocab import PAD_ID
 
 
 def test_one_hot_cross_entropy_by_hand():

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from transformer.config import BOS_ID, PAD_ID, ModelConfig
+from transformer.config import ModelConfig
 from transformer.model import Transformer
+from transformer.vocab import BOS_ID, PAD_ID
 
 
 def tiny(**overrides) -> Transformer:

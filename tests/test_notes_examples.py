@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-from transformer.attention import attention_reference, identity_attention
-from transformer.embeddings import sinusoidal_table
-from transformer.layers import LayerNorm, layer_norm_reference
-from transformer.masks import combined_mask, look_ahead_mask, padding_mask
+from transformer.model.attention import attention_reference, identity_attention
+from transformer.model.embeddings import sinusoidal_table
+from transformer.model.layers import LayerNorm, layer_norm_reference
+from transformer.model.masks import combined_mask, look_ahead_mask, padding_mask
 
 # Notes (seed 004): "The", "CAT", "SAT" embedded in 4 dimensions.
 THE_CAT_SAT = torch.tensor([[1.0, 0, 1, 0], [0, 1, 0, 1], [1, 1, 1, 1]])

@@ -10,10 +10,10 @@ import torch
 from torch import nn
 
 from transformer.config import ModelConfig
-from transformer.decoder import DecoderLayer
-from transformer.encoder import EncoderLayer
-from transformer.masks import combined_mask, padding_mask
 from transformer.model import Transformer
+from transformer.model.decoder import DecoderLayer
+from transformer.model.encoder import EncoderLayer
+from transformer.model.masks import combined_mask, padding_mask
 
 TOL = 1e-5
 
@@ -180,7 +180,7 @@ def test_encoder_decoder_stack_matches_torch_transformer(norm_first):
 
 
 def test_layer_norm_matches_torch():
-    from transformer.layers import LayerNorm, layer_norm_reference
+    from transformer.model.layers import LayerNorm, layer_norm_reference
 
     torch.manual_seed(0)
     ours, theirs = LayerNorm(16, eps=1e-5), nn.LayerNorm(16, eps=1e-5)

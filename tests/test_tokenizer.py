@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DataConfig
+from transformer.config import DataConfig
 from transformer.data import read_parallel
+from transformer.data.tokenizer import Tokenizer, Tokenizers
 from transformer.errors import UserError
-from transformer.tokenizer import Tokenizer, Tokenizers
+from transformer.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -18,10 +18,8 @@ import torch
 from PIL import Image
 
 from transformer import ModelConfig, Transformer
-from transformer.config import PAD_ID
-from transformer.embeddings import sinusoidal_table
-from transformer.report import write_html_report
-from transformer.visualize import (
+from transformer.inspect.report import write_html_report
+from transformer.inspect.visualize import (
     KINDS,
     Panel,
     attention_panels,
@@ -31,6 +29,8 @@ from transformer.visualize import (
     save_positional_plots,
     write_attention_figures,
 )
+from transformer.model.embeddings import sinusoidal_table
+from transformer.vocab import PAD_ID
 
 SRC = ["▁I", "▁like", "▁cats", ".", "</s>"]
 TGT = ["<s>", "▁J'", "aime", "▁les"]

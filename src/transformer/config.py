@@ -2,49 +2,17 @@
 
 Frozen dataclasses, one per concern. YAML files and ``--key value`` overrides only fill them
 (see ``load_config``); modules receive these objects or plain arguments, never dicts.
-
-Special token ids are fixed project-wide so that a model, its tokenizer and its masks agree.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
-import typing
+import difflib
 from dataclasses import asdict, dataclass, fields, replace
 
-import yaml
-
-from .errors import BadValue, UserError
-
-PAD_ID = 0  # padding: masked out of attention and of the loss
-UNK_ID = 1  # unknown piece
-BOS_ID = 2  # <s>: the decoder's first input ("outputs shifted right")
-EOS_ID = 3  # </s>: generation stops here
+from .config_checks import check_finite, check_positive, check_probability, check_types
+from .errors import BadValue
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
-
-
-def _check_finite(obj: object) -> None:
-    """Every float field must be a finite number: inf and nan are never meaningful settings."""
-    for f in fields(obj):  # type: ignore[arg-type]
-        value = getattr(obj, f.name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise BadValue(f"{type(obj).__name__}.{f.name} must be a finite number, got {value!r}")
-
-
-def _check_positive(obj: object, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise BadValue(f"{type(obj).__name__}.{name} must be a positive integer, got {value!r}")
-
-
-def _check_probability(obj: object, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if not 0.0 <= value < 1.0:
-            raise BadValue(f"{type(obj).__name__}.{name} must be in [0, 1), got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -56,25 +24,42 @@ class ModelConfig:
     """
 
     src_vocab_size: int = 32000
+    """Source vocabulary size (filled in from the tokenizer when training)."""
     tgt_vocab_size: int = 32000
+    """Target vocabulary size (filled in from the tokenizer when training)."""
     d_model: int = 512
+    """Width of every token vector (the paper's d_model)."""
     n_heads: int = 8
+    """Attention heads h; each has width d_model / h."""
     d_ff: int = 2048
+    """Inner width of the position-wise feed-forward network."""
     n_encoder_layers: int = 6
+    """Encoder layers N."""
     n_decoder_layers: int = 6
-    dropout: float = 0.1  # on embeddings + positions and on every sublayer output (§5.4)
-    attention_dropout: float = 0.0  # on the attention weights
-    activation_dropout: float = 0.0  # inside the feed-forward network, after the ReLU
-    max_positions: int = 1024  # longest sequence the positional encoding accepts
-    positional: str = "sinusoidal"  # "sinusoidal" (§3.5) or "learned" embeddings
-    norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm
+    """Decoder layers N."""
+    dropout: float = 0.1
+    """On embeddings + positions and on every sublayer output (§5.4)."""
+    attention_dropout: float = 0.0
+    """On the attention weights."""
+    activation_dropout: float = 0.0
+    """Inside the feed-forward network, after the ReLU."""
+    max_positions: int = 1024
+    """Longest sequence the positional encoding accepts."""
+    positional: str = "sinusoidal"
+    """"sinusoidal" (§3.5) or "learned" embeddings."""
+    norm_first: bool = False
+    """False: post-norm as in the paper; True: pre-norm."""
     layer_norm_eps: float = 1e-5
-    share_embeddings: bool = False  # one embedding table for source and target (needs one vocab)
-    tie_output: bool = True  # output projection reuses the target embedding matrix (§3.4)
+    """The ε of layer normalisation."""
+    share_embeddings: bool = False
+    """One embedding table for source and target (needs one vocab)."""
+    tie_output: bool = True
+    """Output projection reuses the target embedding matrix (§3.4)."""
 
     def __post_init__(self) -> None:
-        _check_finite(self)
-        _check_positive(
+        check_types(self)
+        check_finite(self)
+        check_positive(
             self,
             "src_vocab_size",
             "tgt_vocab_size",
@@ -90,7 +75,7 @@ class ModelConfig:
                 f"ModelConfig.d_model ({self.d_model}) must be divisible by "
                 f"ModelConfig.n_heads ({self.n_heads})"
             )
-        _check_probability(self, "dropout", "attention_dropout", "activation_dropout")
+        check_probability(self, "dropout", "attention_dropout", "activation_dropout")
         if self.positional not in POSITIONAL_KINDS:
             raise BadValue(
                 f"ModelConfig.positional must be one of {POSITIONAL_KINDS}, got {self.positional!r}"
@@ -131,7 +116,6 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
 }
 
 
-CORPORA = ("numbers", "multi30k", "tatoeba-fra-eng", "tatoeba-deu-eng")
 TOKENIZER_KINDS = ("bpe", "unigram")
 
 
@@ -143,40 +127,58 @@ class DataConfig:
     TSV of pairs in ``src`` alone (``english<TAB>other[<TAB>attribution]``, also inside a .zip).
     """
 
-    corpus: str | None = "numbers"  # a name from CORPORA, or None when files are given
+    corpus: str | None = "numbers"
+    """A named corpus (data/corpora.py), or None for files."""
     src_lang: str = "en"
+    """Source language code (a named corpus uses it to pick its files)."""
     tgt_lang: str = "fr"
-    data_dir: str | None = None  # local folder holding a named corpus (else it is downloaded)
-    src: str | None = None  # training source file, or a TSV/zip of pairs
-    tgt: str | None = None  # training target file (omit for TSV)
+    """Target language code."""
+    data_dir: str | None = None
+    """Local folder holding a named corpus (else it is downloaded)."""
+    src: str | None = None
+    """Training source file, or a TSV/zip of pairs."""
+    tgt: str | None = None
+    """Training target file (omit for TSV)."""
     valid_src: str | None = None
+    """Validation source file (else valid_fraction of the training pairs)."""
     valid_tgt: str | None = None
-    valid_fraction: float = 0.02  # held out with split_seed when no validation files are given
-    test_fraction: float = 0.02  # likewise for a test split (multi30k and numbers bring their own)
+    """Validation target file, line-aligned with valid_src."""
+    valid_fraction: float = 0.02
+    """Held out with split_seed when no validation files are given."""
+    test_fraction: float = 0.02
+    """Likewise for a test split (multi30k and numbers bring their own)."""
     split_seed: int = 1234
-    max_len: int = 128  # tokens per side; longer training pairs are filtered and counted
-    tokenizer: str = "bpe"  # SentencePiece model type: "bpe" or "unigram"
-    vocab_size: int = 8000  # per vocabulary (joint: for both languages)
-    joint_vocab: bool = True  # one SentencePiece model for both languages
+    """Seed of the train / valid / test split."""
+    max_len: int = 128
+    """Tokens per side; longer training pairs are filtered and counted."""
+    tokenizer: str = "bpe"
+    """SentencePiece model type: "bpe" or "unigram"."""
+    vocab_size: int = 8000
+    """Per vocabulary (joint: for both languages)."""
+    joint_vocab: bool = True
+    """One SentencePiece model for both languages."""
     character_coverage: float = 1.0
-    verify_checksums: bool = True  # refuse a downloaded corpus file whose SHA-256 has changed
-    numbers_max: int = 999_999  # numbers corpus: numbers are drawn from 0..numbers_max
-    numbers_train: int = 100_000  # numbers corpus: sizes of the disjoint splits
+    """Share of characters SentencePiece must cover, in (0, 1]."""
+    verify_checksums: bool = True
+    """Refuse a downloaded corpus file whose SHA-256 has changed."""
+    numbers_max: int = 999_999
+    """Numbers corpus: numbers are drawn from 0..numbers_max."""
+    numbers_train: int = 100_000
+    """Numbers corpus: sizes of the disjoint splits."""
     numbers_valid: int = 1_000
+    """Numbers corpus: size of the validation split."""
     numbers_test: int = 1_000
+    """Numbers corpus: size of the test split."""
 
     def __post_init__(self) -> None:
-        _check_finite(self)
-        if self.corpus is not None and self.corpus not in CORPORA:
-            raise BadValue(
-                f"DataConfig.corpus must be one of {CORPORA} or null, got {self.corpus!r}"
-            )
+        check_types(self)
+        check_finite(self)
         if self.tokenizer not in TOKENIZER_KINDS:
             raise BadValue(
                 f"DataConfig.tokenizer must be one of {TOKENIZER_KINDS}, got {self.tokenizer!r}"
             )
-        _check_positive(self, "max_len", "vocab_size", "numbers_max", "numbers_train")
-        _check_probability(self, "valid_fraction", "test_fraction")
+        check_positive(self, "max_len", "vocab_size", "numbers_max", "numbers_train")
+        check_probability(self, "valid_fraction", "test_fraction")
         if not 0.0 < self.character_coverage <= 1.0:
             raise BadValue(
                 f"DataConfig.character_coverage must be in (0, 1], got {self.character_coverage!r}"
@@ -187,45 +189,72 @@ class DataConfig:
 class TrainConfig:
     """Optimisation and bookkeeping (Vaswani et al. §5.3-5.4)."""
 
-    max_tokens: int = 4096  # source + target tokens per batch, padding included
-    max_steps: int = 100_000  # optimiser updates
-    max_epochs: int = 0  # 0: no limit
-    max_minutes: float = 0.0  # wall-clock budget; 0: no limit
-    lr_factor: float = 1.0  # lr = factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
-    peak_lr: float = 0.0  # if > 0: the factor is chosen so that the lr peaks at this value
+    max_tokens: int = 4096
+    """Source + target tokens per batch, padding included."""
+    max_steps: int = 100_000
+    """Optimiser updates."""
+    max_epochs: int = 0
+    """0: no limit."""
+    max_minutes: float = 0.0
+    """Wall-clock budget; 0: no limit."""
+    lr_factor: float = 1.0
+    """Lr = factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)."""
+    peak_lr: float = 0.0
+    """If > 0: the factor is chosen so that the lr peaks at this value."""
     warmup_steps: int = 4000
+    """Steps of linear learning-rate warmup (§5.3)."""
+    cooldown_steps: int = 0
+    """Steps at the end of max_steps over which the rate falls linearly to 0; 0: none."""
     adam_beta1: float = 0.9
+    """Adam β1 (§5.3)."""
     adam_beta2: float = 0.98
+    """Adam β2 (§5.3)."""
     adam_eps: float = 1e-9
+    """Adam ε (§5.3)."""
     weight_decay: float = 0.0
-    label_smoothing: float = 0.1  # ε_ls; 0 is plain cross-entropy against one-hot targets
-    clip_norm: float = 1.0  # max gradient norm; 0: no clipping
-    accumulate: int = 1  # batches per optimiser update
-    bf16: bool = False  # bfloat16 autocast for the forward pass
+    """AdamW decay of the weight matrices (never biases, norms, embeddings); 0 as in the paper."""
+    label_smoothing: float = 0.1
+    """Ε_ls; 0 is plain cross-entropy against one-hot targets."""
+    clip_norm: float = 1.0
+    """Max gradient norm; 0: no clipping."""
+    accumulate: int = 1
+    """Batches per optimiser update."""
+    bf16: bool = False
+    """Bfloat16 autocast for the forward pass."""
     seed: int = 1
-    log_every: int = 50  # steps between log lines
-    validate_every: int = 500  # steps between validations (and at the end)
-    bleu_sentences: int = 200  # validation sentences decoded for BLEU; 0: loss only
-    best_metric: str = "bleu"  # what picks the "best" checkpoint: "bleu" (if measured) or "loss"
-    save_every: int = 500  # steps between checkpoints (and at the end)
-    keep_checkpoints: int = 5  # step checkpoints kept for `transformer average`
-    threads: int = 0  # torch intra-op threads; 0: torch's default
+    """Seed of initialisation, dropout and data order."""
+    log_every: int = 50
+    """Steps between log lines."""
+    validate_every: int = 500
+    """Steps between validations (and at the end)."""
+    bleu_sentences: int = 200
+    """Validation sentences decoded for BLEU; 0: loss only."""
+    best_metric: str = "bleu"
+    """What picks the "best" checkpoint: "bleu" (if measured) or "loss"."""
+    save_every: int = 500
+    """Steps between checkpoints (and at the end)."""
+    keep_checkpoints: int = 5
+    """Step checkpoints kept for `transformer average`."""
+    threads: int = 0
+    """Torch intra-op threads; 0: torch's default."""
 
     def __post_init__(self) -> None:
-        _check_finite(self)
-        _check_positive(
+        check_types(self)
+        check_finite(self)
+        check_positive(
             self, "max_tokens", "max_steps", "warmup_steps", "accumulate", "log_every",
             "validate_every", "save_every", "keep_checkpoints",
         )  # fmt: skip
-        _check_probability(self, "label_smoothing")
-        for name in ("peak_lr", "max_minutes", "weight_decay", "clip_norm", "max_epochs"):
+        check_probability(self, "label_smoothing")
+        for name in ("peak_lr", "max_minutes", "weight_decay", "clip_norm", "max_epochs",
+                     "cooldown_steps"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise BadValue(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         for name in ("lr_factor", "adam_eps"):
             if getattr(self, name) <= 0:
                 raise BadValue(f"TrainConfig.{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("adam_beta1", "adam_beta2"):
-            _check_probability(self, name)
+            check_probability(self, name)
         if self.best_metric not in ("bleu", "loss"):
             raise BadValue(
                 f"TrainConfig.best_metric must be 'bleu' or 'loss', got {self.best_metric!r}"
@@ -236,20 +265,31 @@ class TrainConfig:
 class DecodeConfig:
     """How translations are searched for (§6.1: beam 4, α = 0.6, max length input + 50)."""
 
-    beam_size: int = 4  # 1 = greedy search
-    length_penalty: float = 0.6  # GNMT α: score = log P / ((5 + |y|) / 6)^α; 0: none
-    max_len_a: float = 1.0  # output at most a · source length + b tokens
+    beam_size: int = 4
+    """1 = greedy search."""
+    length_penalty: float = 0.6
+    """GNMT α: score = log P / ((5 + |y|) / 6)^α; 0: none."""
+    max_len_a: float = 1.0
+    """Output at most a · source length + b tokens."""
     max_len_b: int = 50
-    nbest: int = 1  # hypotheses returned per sentence (<= beam_size)
-    sampling: bool = False  # sample instead of searching
+    """Output length limit: a · source length + b tokens."""
+    nbest: int = 1
+    """Hypotheses returned per sentence (<= beam_size)."""
+    sampling: bool = False
+    """Sample instead of searching."""
     temperature: float = 1.0
-    top_k: int = 0  # sample from the k most likely tokens; 0: all
-    batch_size: int = 64  # sentences per batch
-    max_source_tokens: int = 8192  # source tokens per batch, padding included
+    """Sampling temperature: < 1 sharper, > 1 flatter."""
+    top_k: int = 0
+    """Sample from the k most likely tokens; 0: all."""
+    batch_size: int = 64
+    """Sentences per batch."""
+    max_source_tokens: int = 8192
+    """Source tokens per batch, padding included."""
 
     def __post_init__(self) -> None:
-        _check_finite(self)
-        _check_positive(self, "beam_size", "nbest", "batch_size", "max_source_tokens")
+        check_types(self)
+        check_finite(self)
+        check_positive(self, "beam_size", "nbest", "batch_size", "max_source_tokens")
         if self.nbest > self.beam_size and not self.sampling:
             raise BadValue(
                 f"DecodeConfig.nbest ({self.nbest}) cannot exceed beam_size ({self.beam_size})"
@@ -279,123 +319,44 @@ class RunConfig:
     @classmethod
     def from_dict(cls, values: dict, origin: str = "config") -> RunConfig:
         """Builds a RunConfig from {section: {key: value}}; unknown keys are errors."""
-        return _build(values, {}, origin)
+        return build_config(values, origin)
 
 
-def _field_types(cls: type) -> dict[str, object]:
-    return typing.get_type_hints(cls)
+DEFAULT_PRESET = "base"
 
 
-def _coerce(section: str, key: str, value: object, expected: object, origin: str) -> object:
-    """Checks (and for CLI strings, converts) one value against the dataclass field's type."""
-    allowed = typing.get_args(expected) or (expected,)
-    if isinstance(value, str) and expected is not str:
-        value = yaml.safe_load(value) if value.strip() else value  # "100" -> 100, "true" -> True
-    if isinstance(value, str) and float in allowed:
-        with contextlib.suppress(ValueError):  # YAML 1.1 reads "3e-4" (no dot) as a string
-            value = float(value)
-    if value is None and type(None) in allowed:
-        return None
-    if bool in allowed and isinstance(value, bool):
-        return value
-    if int in allowed and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if float in allowed and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if str in allowed and isinstance(value, str):
-        return value
-    names = " or ".join(getattr(t, "__name__", str(t)) for t in allowed)
-    raise UserError(f"{origin}: {section}.{key} must be {names}, got {value!r}")
-
-
-def _build(values: dict, overrides: dict[str, str], origin: str) -> RunConfig:
+def _section_values(values: dict, origin: str) -> dict[str, dict[str, object]]:
+    """{section: {key: value}} checked against the dataclasses' fields (``model.preset`` too)."""
     sections: dict[str, dict[str, object]] = {name: {} for name in SECTIONS}
-    preset = "small"
     for section, body in (values or {}).items():
         if section not in SECTIONS:
-            raise UserError(f"{origin}: unknown config section {section!r}; use {list(SECTIONS)}")
+            raise BadValue(f"{origin}: unknown config section {section!r}; use {list(SECTIONS)}")
         if not isinstance(body, dict):
-            raise UserError(f"{origin}: section {section!r} must be a mapping of key: value")
+            raise BadValue(f"{origin}: section {section!r} must be a mapping of key: value")
+        names = {f.name for f in fields(SECTIONS[section])} | (
+            {"preset"} if section == "model" else set()
+        )
         for key, value in body.items():
-            if section == "model" and key == "preset":
-                preset = str(value)
-            else:
-                sections[section][key] = (value, origin)
-    for raw_key, value in overrides.items():
-        if raw_key == "preset":
-            preset = value
-            continue
-        section, key = _resolve_key(raw_key)
-        sections[section][key] = (value, f"--{raw_key}")
-    built = {}
-    for section, cls in SECTIONS.items():
-        types = _field_types(cls)
-        kwargs = {}
-        for key, (value, where) in sections[section].items():
-            if key not in types:
-                raise UserError(f"{where}: unknown config key {section}.{key!r}")
-            kwargs[key] = _coerce(section, key, value, types[key], where)
-        base = ModelConfig.preset(preset) if section == "model" else cls()
-        built[section] = replace(base, **kwargs)
-    return RunConfig(**built)
+            if key not in names:
+                close = difflib.get_close_matches(str(key), names, n=1)
+                hint = f"; did you mean {section}.{close[0]}?" if close else ""
+                raise BadValue(f"{origin}: unknown config key {section}.{key}{hint}")
+            sections[section][key] = value
+    return sections
 
 
-def _resolve_key(raw: str) -> tuple[str, str]:
-    """'train.max_steps', 'max-steps' or 'max_steps' -> ('train', 'max_steps')."""
-    name = raw.replace("-", "_")
-    if "." in name:
-        section, key = name.split(".", 1)
-        if section in SECTIONS:
-            return section, key
-        raise UserError(f"--{raw}: unknown config section {section!r}; use {list(SECTIONS)}")
-    owners = [section for section, cls in SECTIONS.items() if name in _field_types(cls)]
-    if not owners:
-        raise UserError(f"--{raw}: unknown config key {name!r}")
-    return owners[0], name  # keys are unique across sections (tested)
-
-
-def parse_overrides(args: list[str]) -> dict[str, str]:
-    """['--train.max_steps', '100', '--bf16=true'] -> {'train.max_steps': '100', 'bf16': 'true'}."""
-    overrides: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        flag = args[i]
-        if not flag.startswith("--") or len(flag) == 2:
-            raise UserError(f"expected --key value, got {flag!r}")
-        if "=" in flag:
-            key, value = flag[2:].split("=", 1)
-            i += 1
-        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-            key, value = flag[2:], args[i + 1]
-            i += 2
-        else:
-            raise UserError(f"{flag} needs a value")
-        overrides[key] = value
-    return overrides
-
-
-def load_config(
-    path: str | None = None, overrides: dict[str, str] | None = None, base: dict | None = None
-) -> RunConfig:
-    """Reads a YAML file ({section: {key: value}}, all optional) and applies overrides.
-
-    ``model.preset`` (or ``--preset``) picks the starting ModelConfig; the default is ``small``.
-    ``base`` (e.g. a saved run's config) is used instead of a file when ``path`` is None.
-    """
-    values: dict = base or {}
-    origin = "overrides"
-    if path is not None:
-        origin = path
-        try:
-            with open(path, encoding="utf-8") as f:
-                values = yaml.safe_load(f) or {}
-        except FileNotFoundError:
-            raise UserError(f"config file not found: {path}") from None
-        except yaml.YAMLError as error:
-            raise UserError(f"{path}: not valid YAML: {str(error).splitlines()[0]}") from None
-        if not isinstance(values, dict):
-            raise UserError(f"{path}: expected a mapping of sections {list(SECTIONS)}")
+def build_config(values: dict, origin: str = "config") -> RunConfig:
+    """A RunConfig from {section: {key: value}}; ``model.preset`` (default ``base``) picks the
+    ModelConfig the model keys change. Unknown sections and keys are errors that name them."""
+    sections = _section_values(values, origin)
+    preset = sections["model"].pop("preset", DEFAULT_PRESET)
     try:
-        return _build(values, overrides or {}, origin)
-    except ValueError as error:
-        raise UserError(f"{origin}: {error}") from None
+        built = {
+            name: replace(
+                ModelConfig.preset(str(preset)) if name == "model" else cls(), **sections[name]
+            )
+            for name, cls in SECTIONS.items()
+        }
+    except BadValue as error:
+        raise BadValue(f"{origin}: {error}") from None
+    return RunConfig(**built)

@@ -13,19 +13,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import load_checkpoint
-from .config import load_config
-from .corpora import number_pairs
-from .data import load_splits
+from .config_files import load_config
+from .data.corpora import load_splits
+from .data.numbers import number_pairs
+from .data.tokenizer import Tokenizers
 from .errors import UserError
-from .evaluate import ExactMatch, exact_match
-from .prepare import saved_config
-from .rundir import RunDir
-from .tokenizer import Tokenizers
-from .train import train
-from .translator import translate
+from .inference.evaluate import ExactMatch, exact_match
+from .inference.translator import translate
+from .training.checkpoint import load_checkpoint
+from .training.loop import train
+from .training.prepare import saved_config
+from .training.rundir import RunDir
 
-DEMO_CONFIG = Path(__file__).parent / "configs" / "numbers.yaml"
+DEMO_CONFIG = "numbers"  # the built-in config configs/numbers.yaml
 
 
 @dataclass
@@ -42,15 +42,16 @@ class DemoResult:
 
 
 def run_demo(
-    out_dir: Path, progress: bool = True, overrides: dict[str, str] | None = None
+    out_dir: Path, progress: bool = True, overrides: dict[str, dict] | None = None
 ) -> DemoResult:
     """Trains into ``out_dir`` (replacing an earlier demo there) and evaluates on the test split.
 
     A folder holding any other run is refused: the demo replaces only its own kind of run.
-    ``overrides`` change the built-in config (``{"max_steps": "10"}``), e.g. for a quick check.
+    ``overrides`` change the built-in config (``{"train": {"max_steps": 10}}``), e.g. for a
+    quick check.
     """
     start = time.perf_counter()
-    config = load_config(str(DEMO_CONFIG), overrides)
+    config = load_config(DEMO_CONFIG, overrides)
     _check_replaceable(RunDir(out_dir))
     d, minutes = config.data, config.train.max_minutes
     print(f"Training the built-in task ({d.src_lang} -> {d.tgt_lang} number words) into {out_dir},")

@@ -1,0 +1,150 @@
+"""Token batching: sentences of similar length together, at most ``max_tokens`` per batch.
+
+``length_batches`` and ``pad`` are the one home of length-bucketing and padding: training
+batches pairs with them, translation batches sources.
+
+Batching by tokens rather than by sentences keeps every batch about the same amount of work
+(Vaswani et al. §5.1: "sentence pairs were batched together by approximate sequence length").
+Each epoch the order within equal lengths and the order of the batches are shuffled with a
+generator seeded by (seed, epoch), so a resumed run sees exactly the batches it would have seen.
+
+Teacher forcing: the decoder reads the target shifted right and predicts it unshifted:
+    decoder input   <s>  y1  y2  y3
+    decoder output  y1   y2  y3  </s>
+
+Shapes: B batch, S source length, T target length (+1 for BOS or EOS).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..errors import UserError
+from ..vocab import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass(frozen=True)
+class Example:
+    """One sentence pair as token ids: source ends with EOS, target has neither BOS nor EOS."""
+
+    src: list[int]
+    tgt: list[int]
+
+    @property
+    def cost(self) -> tuple[int, int]:
+        """Padded lengths this pair needs: (source, decoder input = BOS + target)."""
+        return len(self.src), len(self.tgt) + 1
+
+
+@dataclass
+class Batch:
+    """Padded tensors for one training step."""
+
+    src: Tensor  # (B, S) source ids, PAD_ID after the end
+    tgt_in: Tensor  # (B, T) <s> y1 .. y_n, then PAD_ID
+    tgt_out: Tensor  # (B, T) y1 .. y_n </s>, then PAD_ID
+
+    @property
+    def n_tokens(self) -> int:
+        """Target tokens the loss is computed on (padding excluded)."""
+        return int((self.tgt_out != PAD_ID).sum())
+
+    @property
+    def n_padded(self) -> int:
+        """Source + target positions including padding: what ``max_tokens`` bounds."""
+        return self.src.numel() + self.tgt_in.numel()
+
+
+def encode_source(ids: list[int]) -> list[int]:
+    """Source ids as the model reads them: the pieces, then EOS."""
+    return [*ids, EOS_ID]
+
+
+def length_batches(
+    costs: Sequence[tuple[int, ...]],
+    order: Iterable[int],
+    max_tokens: int,
+    max_items: int = 0,
+) -> list[list[int]]:
+    """Cuts items, taken in ``order`` (sorted by length), into consecutive batches.
+
+    A batch's padded size is B · Σ_c max(cost[c]) over its B items (for training pairs
+    B·(S + T); for sources to translate B·S); each batch stays within ``max_tokens`` and, if
+    ``max_items`` > 0, within ``max_items`` items. An item larger than ``max_tokens`` on its own
+    forms a batch alone (callers that cannot allow this check first).
+
+    Args:
+        costs: per item, its lengths, e.g. (source, decoder input).
+        order: the item indices in the order to batch them.
+        max_tokens: bound on the padded size of a batch.
+        max_items: bound on the items per batch; 0: none.
+    Returns:
+        lists of item indices, one list per batch.
+    """
+    batches: list[list[int]] = []
+    current: list[int] = []
+    widths: tuple[int, ...] = ()
+    for i in order:
+        new = tuple(map(max, widths, costs[i])) if current else tuple(costs[i])
+        full = (max_items and len(current) == max_items) or (len(current) + 1) * sum(
+            new
+        ) > max_tokens
+        if current and full:
+            batches.append(current)
+            current, new = [], tuple(costs[i])
+        current.append(i)
+        widths = new
+    return [*batches, current] if current else batches
+
+
+def pad(sequences: Sequence[Sequence[int]], device: torch.device | None = None) -> Tensor:
+    """Right-padded ids (B, L), L the longest sequence (at least 1, so that empty ones work)."""
+    width = max(1, *(len(ids) for ids in sequences))
+    padded = torch.full((len(sequences), width), PAD_ID, dtype=torch.long)
+    for row, ids in enumerate(sequences):
+        padded[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return padded.to(device) if device is not None else padded
+
+
+def make_batches(
+    examples: list[Example], max_tokens: int, seed: int, epoch: int, shuffle: bool = True
+) -> list[list[int]]:
+    """Groups example indices into batches of at most ``max_tokens`` padded positions.
+
+    Args:
+        examples: the whole split.
+        max_tokens: bound on B·(S + T) for each batch.
+        seed, epoch: seed the shuffle; the same pair always gives the same batches.
+        shuffle: False for validation (sorted by length, fixed order).
+    Returns:
+        lists of indices into ``examples``, one list per batch.
+    """
+    costs = [e.cost for e in examples]
+    too_long = next((c for c in costs if sum(c) > max_tokens), None)
+    if too_long is not None:
+        raise UserError(
+            f"a sentence pair of {too_long[0]}+{too_long[1]} tokens does not fit in "
+            f"train.max_tokens={max_tokens}; raise max_tokens or lower data.max_len"
+        )
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    tie_break = torch.randperm(len(examples), generator=generator).tolist() if shuffle else None
+    order = sorted(
+        range(len(examples)), key=lambda i: (*costs[i], tie_break[i] if tie_break else i)
+    )
+    batches = length_batches(costs, order, max_tokens)
+    if shuffle:
+        perm = torch.randperm(len(batches), generator=generator).tolist()
+        batches = [batches[j] for j in perm]
+    return batches
+
+
+def collate(examples: list[Example]) -> Batch:
+    """Pads a list of pairs to the longest in the batch (padded per batch only)."""
+    src = pad([e.src for e in examples])  # (B, S)
+    tgt_in = pad([[BOS_ID, *e.tgt] for e in examples])  # (B, T) shifted right
+    tgt_out = pad([[*e.tgt, EOS_ID] for e in examples])  # (B, T)
+    return Batch(src, tgt_in, tgt_out)

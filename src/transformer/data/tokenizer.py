@@ -1,0 +1,193 @@
+"""SentencePiece subword tokenizers (Kudo & Richardson 2018), trained on the training pairs only.
+
+The paper uses byte-pair encoding (§5.1: a shared source-target vocabulary of about 37000 tokens
+for EN-DE); SentencePiece offers BPE and the unigram language model, on raw text with no
+pre-tokenization. One model for both languages (``joint_vocab``) or one per side.
+
+Special ids are fixed project-wide (config.py): pad 0 ``<pad>``, unk 1 ``<unk>``, bos 2 ``<s>``,
+eos 3 ``</s>``. ``encode`` adds neither BOS nor EOS: where they go is the model's business.
+The models live in ``<model_dir>/tokenizer/``: ``joint.model``, or ``src.model`` and
+``tgt.model``.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import sentencepiece as spm
+
+from ..config import DataConfig
+from ..errors import UserError
+from ..files import atomic_write
+from ..vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+TOKENIZER_DIR = "tokenizer"
+JOINT_MODEL, SRC_MODEL, TGT_MODEL = "joint.model", "src.model", "tgt.model"
+SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
+
+# SentencePiece's result depends on its thread count, so the count is fixed rather than taken
+# from the machine: the same sentences give the same model everywhere.
+TRAIN_THREADS = 4
+
+
+class Tokenizer:
+    """One SentencePiece model: text to ids and back.
+
+    Args:
+        model: the serialized SentencePiece model (the bytes of a ``.model`` file).
+        name: where the model came from, for error messages.
+    """
+
+    def __init__(self, model: bytes, name: str = "SentencePiece model") -> None:
+        try:
+            self.processor = spm.SentencePieceProcessor(model_proto=model)
+        except RuntimeError:
+            raise UserError(f"{name}: not a SentencePiece model") from None
+        size = self.processor.get_piece_size()
+        found = {i: self.processor.id_to_piece(i) for i in SPECIAL_PIECES if i < size}
+        if found != SPECIAL_PIECES:
+            raise UserError(f"{name}: special ids must be {SPECIAL_PIECES}, got {found}")
+        self.model = model
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tokenizer:
+        """Reads a ``.model`` file."""
+        try:
+            return cls(Path(path).read_bytes(), str(path))
+        except FileNotFoundError:
+            raise UserError(f"file not found: {path}") from None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.processor.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        """Piece ids of ``text``, without BOS or EOS."""
+        return self.processor.encode(text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """``encode`` for many sentences at once (SentencePiece spreads them over threads)."""
+        return self.processor.encode(texts)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of piece ids (plain ints: ``tensor.tolist()``); PAD, BOS, EOS are left out, UNK
+        shows as " ⁇ "."""
+        return self.processor.decode([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
+
+    def pieces(self, text: str) -> list[str]:
+        """The subword pieces of ``text``, "▁" marking the start of a word."""
+        return self.processor.encode(text, out_type=str)
+
+    def id_to_piece(self, i: int) -> str:
+        return self.processor.id_to_piece(i)
+
+    def save(self, path: Path) -> None:
+        """Writes the model file atomically (a crash never leaves half a model)."""
+        with atomic_write(path, "wb") as f:
+            f.write(self.model)
+
+
+def train_sentencepiece(sentences: list[str], data: DataConfig) -> Tokenizer:
+    """Trains one SentencePiece model on in-memory sentences.
+
+    Deterministic: all sentences are used (no sampling) with a fixed thread count. A
+    ``vocab_size`` larger than the text supports gives a smaller vocabulary, not an error
+    (``hard_vocab_limit=False``): read the real size from ``Tokenizer.vocab_size``.
+
+    Args:
+        sentences: the training text, one sentence per item.
+        data: tokenizer (bpe | unigram), vocab_size and character_coverage are used.
+    """
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_writer=model,
+            model_type=data.tokenizer,
+            vocab_size=data.vocab_size,
+            character_coverage=data.character_coverage,
+            hard_vocab_limit=False,
+            input_sentence_size=0,
+            num_threads=TRAIN_THREADS,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            pad_piece=SPECIAL_PIECES[PAD_ID],
+            unk_piece=SPECIAL_PIECES[UNK_ID],
+            bos_piece=SPECIAL_PIECES[BOS_ID],
+            eos_piece=SPECIAL_PIECES[EOS_ID],
+            minloglevel=2,  # errors only: SentencePiece logs every training step otherwise
+        )
+    except RuntimeError as error:
+        reason = str(error).rsplit("]", 1)[-1].strip() or "no usable sentences"
+        raise UserError(
+            f"SentencePiece could not train a {data.tokenizer} vocabulary of "
+            f"vocab_size={data.vocab_size} on {len(sentences)} sentences: {reason}"
+        ) from None
+    return Tokenizer(model.getvalue())
+
+
+@dataclass
+class Tokenizers:
+    """The source and target tokenizers of a model; with a joint vocabulary they are one object."""
+
+    src: Tokenizer
+    tgt: Tokenizer
+
+    @property
+    def joint(self) -> bool:
+        return self.src is self.tgt
+
+    @classmethod
+    def train(cls, pairs: list[tuple[str, str]], data: DataConfig) -> Tokenizers:
+        """Trains on the (source, target) training pairs (in memory; ``save`` writes them).
+
+        Args:
+            pairs: the training pairs only (never validation or test).
+            data: tokenizer, vocab_size, joint_vocab and character_coverage are used.
+        """
+        if not pairs:
+            raise UserError("no training pairs to train the tokenizer on")
+        sources = [src for src, _ in pairs]
+        targets = [tgt for _, tgt in pairs]
+        if data.joint_vocab:
+            joint = train_sentencepiece(sources + targets, data)
+            tokenizers = cls(joint, joint)
+        else:
+            tokenizers = cls(train_sentencepiece(sources, data), train_sentencepiece(targets, data))
+        return tokenizers
+
+    def save(self, model_dir: Path) -> None:
+        """Writes ``joint.model`` or ``src.model`` + ``tgt.model``, removing the other layout."""
+        folder = Path(model_dir) / TOKENIZER_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        if self.joint:
+            self.src.save(folder / JOINT_MODEL)
+            stale = (SRC_MODEL, TGT_MODEL)
+        else:
+            self.src.save(folder / SRC_MODEL)
+            self.tgt.save(folder / TGT_MODEL)
+            stale = (JOINT_MODEL,)
+        for name in stale:
+            (folder / name).unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, model_dir: str | Path) -> Tokenizers:
+        """Loads what ``save`` wrote.
+
+        Args:
+            model_dir: the model's folder (the one holding ``tokenizer/``).
+        """
+        folder = Path(model_dir) / TOKENIZER_DIR
+        if (folder / JOINT_MODEL).is_file():
+            joint = Tokenizer.load(folder / JOINT_MODEL)
+            return cls(joint, joint)
+        if (folder / SRC_MODEL).is_file() and (folder / TGT_MODEL).is_file():
+            return cls(Tokenizer.load(folder / SRC_MODEL), Tokenizer.load(folder / TGT_MODEL))
+        raise UserError(
+            f"no tokenizer in {folder}: expected {JOINT_MODEL}, or {SRC_MODEL} and {TGT_MODEL}"
+        )

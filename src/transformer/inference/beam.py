@@ -1,0 +1,141 @@
+"""Beam search: keep the K best prefixes of each sentence instead of one.
+
+Greedy search commits to the most likely token at every step and cannot take it back; a token
+that looks best now may lead to a poor sentence. Beam search (Sutskever et al. 2014; Vaswani et
+al. §6.1 use K = 4, α = 0.6) keeps K prefixes, the "beams", and at every step of a sentence:
+
+1. extends every beam by every token: K·V candidates, each scored by its total log-prob;
+2. takes the 2K best candidates: those among the top K that end with EOS become finished
+   hypotheses, scored log P / lp with the GNMT length penalty lp; the K best that do not end
+   become the new beams (at most one EOS per beam, so 2K always hold K that continue);
+3. stops when it has ``nbest`` finished hypotheses and no beam can still beat the worst of them,
+   or at its length limit, where EOS is forced.
+
+The bound in 3: a beam's log-prob s <= 0 only falls as tokens are added, so any hypothesis it
+finishes as, of length L <= max_len + 1, scores at most s / lp(L); for α >= 0 lp grows with L, so
+s / lp(max_len + 1) bounds them all. Stopping at the first EOS, or as soon as ``nbest``
+hypotheses have finished, can miss a better hypothesis that is still running.
+
+The running batch holds N·K rows: row n·K + k is beam k of running sentence n. Reordering beams
+moves only the cached self-attention keys/values (``cache.reorder``); a finished sentence's rows
+leave the batch (``cache.keep``), encoder-decoder entries included.
+
+Shapes: B batch, N sentences still running, K beams, V target vocabulary, S source length.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..config import DecodeConfig
+from ..vocab import EOS_ID
+from .search import (
+    Hypothesis,
+    RunningBatch,
+    evaluating,
+    force_eos,
+    gnmt_length_penalty,
+    max_output_lengths,
+)
+
+
+def beam_search(
+    model: nn.Module,
+    src_ids: Tensor,
+    config: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
+    use_cache: bool = True,
+) -> list[list[Hypothesis]]:
+    """The ``nbest`` best hypotheses per sentence that a beam of ``beam_size`` finds.
+
+    Args:
+        model: a ``Transformer`` (or anything with encode/decode/new_cache/log_probs).
+        src_ids: source ids (B, S), right-padded with PAD_ID.
+        config: ``beam_size`` (K, the prefixes kept per sentence), ``length_penalty`` (GNMT α;
+            score = log P / ((5 + |Y|) / 6)^α, |Y| counting EOS; 0: none), ``max_len_a`` and
+            ``max_len_b`` (at most floor(a · src_len + b) tokens before EOS) and ``nbest``
+            (hypotheses returned per sentence, <= beam_size) are used.
+        use_cache: decode incrementally with the key/value cache (False: re-run the prefix).
+    Shape:
+        returns B lists of up to ``nbest`` hypotheses, best score first, in the order of src_ids.
+    """
+    if config.nbest > config.beam_size:
+        raise ValueError(f"need nbest <= beam_size, got {config.nbest} > {config.beam_size}")
+    with evaluating(model):
+        return _beam_search(model, src_ids, config, use_cache)
+
+
+def _beam_search(
+    model: nn.Module, src_ids: Tensor, config: DecodeConfig, use_cache: bool
+) -> list[list[Hypothesis]]:
+    """The search loop; see the module docstring."""
+    B, device = src_ids.size(0), src_ids.device
+    if B == 0:
+        return []
+    K, alpha, nbest = config.beam_size, config.length_penalty, config.nbest
+    memory, src_mask = model.encode(src_ids)  # (B, S, D), (B, 1, 1, S): once per source
+    max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b)  # (B,)
+    beams_of = torch.arange(B, device=device).repeat_interleave(K)  # (B·K,) sentence of each row
+    batch = RunningBatch(model, memory[beams_of], src_mask[beams_of], use_cache)
+    running = torch.arange(B, device=device)  # (N,) sentence of each running block of K rows
+    # The K beams all start as the same <s>: only beam 0 may be extended at the first step, or
+    # the beam would fill with K copies of the same candidates.
+    beam_log_probs = torch.full((B, K), float("-inf"), device=device)  # (N, K)
+    beam_log_probs[:, 0] = 0.0
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]  # per sentence, best first
+    for step in range(int(max_lens.max()) + 1):
+        N = running.size(0)
+        log_probs = batch.next_log_probs()  # (N·K, V)
+        V = log_probs.size(-1)
+        at_limit = max_lens[running] <= step  # (N,)
+        force_eos(log_probs, at_limit.repeat_interleave(K))
+        candidates = beam_log_probs[:, :, None] + log_probs.view(N, K, V)  # (N, K, V)
+        top, index = candidates.view(N, K * V).topk(2 * K, dim=1)  # (N, 2K), best first
+        beam, token = index // V, index % V  # the beam each candidate extends, by which token
+
+        ends = (token[:, :K] == EOS_ID) & top[:, :K].isfinite()  # (N, K)
+        if ends.any():
+            n, j = ends.nonzero(as_tuple=True)
+            tokens = batch.tokens[n * K + beam[n, j], 1:].tolist()  # without BOS and EOS
+            penalty = gnmt_length_penalty(step + 1, alpha)  # step tokens + EOS
+            sentences = running[n].tolist()
+            for sentence, ids, log_prob in zip(sentences, tokens, top[n, j].tolist(), strict=True):
+                kept = finished[sentence]
+                kept.append(Hypothesis(ids, score=log_prob / penalty, log_prob=log_prob))
+                kept.sort(key=lambda h: h.score, reverse=True)
+                del kept[nbest:]
+
+        go_on = (token == EOS_ID).to(torch.int8).argsort(dim=1, stable=True)[:, :K]  # (N, K)
+        beam_log_probs = top.gather(1, go_on)  # the K best candidates that do not end
+        token = token.gather(1, go_on)
+        rows = (torch.arange(N, device=device) * K)[:, None] + beam.gather(1, go_on)  # (N, K)
+
+        # Done: at the limit, or nbest have finished and no beam can still beat the worst of them.
+        kept = [finished[i] for i in running.tolist()]
+        worst = [hyps[-1].score if len(hyps) >= nbest else float("-inf") for hyps in kept]
+        reachable = _best_reachable(beam_log_probs, max_lens[running], step, alpha)  # (N,)
+        done = at_limit | (reachable <= torch.tensor(worst, device=device))
+        if done.any():
+            alive = (~done).nonzero().squeeze(1)
+            if alive.numel() == 0:
+                break
+            running, beam_log_probs = running[alive], beam_log_probs[alive]
+            rows, token = rows[alive], token[alive]
+            # Rows may move between beams of a sentence too: their encoder-decoder entries are
+            # the same, so ``keep`` with the beam rows reorders and drops in one go.
+            batch.select(rows.flatten(), same_sentences=False)
+        else:
+            batch.select(rows.flatten(), same_sentences=True)
+        batch.append(token.flatten())
+    return finished
+
+
+def _best_reachable(beam_log_probs: Tensor, max_lens: Tensor, step: int, alpha: float) -> Tensor:
+    """(N,) the highest score any beam of each sentence could still finish with."""
+    best = beam_log_probs.max(dim=1).values  # (N,) log-probs only fall from here
+    # A beam finishes at length step + 2 at the earliest and max_len + 1 at the latest; lp is
+    # monotonic in the length, so the best score it can reach is at one of the two ends.
+    return torch.maximum(
+        best / gnmt_length_penalty(max_lens + 1, alpha),
+        best / gnmt_length_penalty(step + 2, alpha),
+    )

@@ -1,0 +1,83 @@
+"""Scoring translations with sacreBLEU: BLEU and chrF with their signatures.
+
+The default is sacreBLEU's standard: detokenised, case-sensitive BLEU with its own 13a
+tokenisation, whose signature makes scores comparable across papers (Post 2018). Many older
+Multi30k and WMT papers report lowercased BLEU on tokenised text instead; ``lowercase=True``
+adds that variant (BLEU with ``case:lc``) so those numbers can be compared too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sacrebleu.metrics import BLEU, CHRF
+
+from ..errors import UserError
+
+
+@dataclass
+class Score:
+    name: str
+    score: float
+    signature: str
+
+    def __str__(self) -> str:
+        return f"{self.name} = {self.score:.2f}   ({self.signature})"
+
+
+def score_translations(
+    hypotheses: list[str], references: list[str], lowercase: bool = False
+) -> list[Score]:
+    """BLEU and chrF of ``hypotheses`` against one reference each (line-aligned)."""
+    if len(hypotheses) != len(references):
+        raise UserError(
+            f"{len(hypotheses)} hypotheses but {len(references)} references; they must align"
+        )
+    metrics = [("BLEU", BLEU()), ("chrF", CHRF())]
+    if lowercase:
+        metrics.append(("BLEU lowercase", BLEU(lowercase=True)))
+    scores = []
+    for name, metric in metrics:
+        result = metric.corpus_score(hypotheses, [references])
+        scores.append(Score(name, result.score, str(metric.get_signature())))
+    return scores
+
+
+@dataclass
+class ExactMatch:
+    """Exact-match accuracy of one class of sentences (or of all of them: ``group == "all"``)."""
+
+    group: str
+    correct: int
+    total: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.total if self.total else 0.0
+
+    def __str__(self) -> str:
+        share = f"{100 * self.accuracy:6.2f}%"
+        return f"exact match {self.group:<10} {share}  ({self.correct}/{self.total})"
+
+
+def exact_match(
+    hypotheses: list[str], references: list[str], groups: list[str] | None = None
+) -> list[ExactMatch]:
+    """Exact-match accuracy per group (sorted by name), then over all lines.
+
+    Args:
+        hypotheses, references: line-aligned.
+        groups: a class label per line (e.g. the numbers corpus's magnitude classes), or None.
+    """
+    if len(hypotheses) != len(references):
+        raise UserError(
+            f"{len(hypotheses)} hypotheses but {len(references)} references; they must align"
+        )
+    labels = groups if groups is not None else ["all"] * len(references)
+    rows: dict[str, ExactMatch] = {}
+    for hyp, ref, label in zip(hypotheses, references, labels, strict=True):
+        for key in {label, "all"}:
+            row = rows.setdefault(key, ExactMatch(key, 0, 0))
+            row.total += 1
+            row.correct += hyp.strip() == ref.strip()
+    return [rows[k] for k in sorted(rows, key=lambda k: (k == "all", k))]

@@ -1,0 +1,112 @@
+"""Greedy search and sampling: one hypothesis per sentence, one token per step.
+
+Greedy search takes the most likely next token; sampling draws it from the model's distribution,
+sharpened or flattened by a temperature and cut to the top k (Fan et al. 2018). Both stop a
+sentence at EOS and follow the shared rules of ``search.py``.
+
+Shapes: B batch, S source length, N sentences still running, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from ..config import DecodeConfig
+from ..vocab import EOS_ID
+from .search import Hypothesis, RunningBatch, evaluating, force_eos, max_output_lengths
+
+
+def _search_one_path(
+    model: nn.Module,
+    src_ids: Tensor,
+    pick: Callable[[Tensor], Tensor],
+    config: DecodeConfig,
+    use_cache: bool,
+) -> list[Hypothesis]:
+    """Greedy search and sampling: one hypothesis per sentence, next token = pick(log_probs)."""
+    if src_ids.size(0) == 0:
+        return []
+    memory, src_mask = model.encode(src_ids)
+    max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b)  # (B,)
+    batch = RunningBatch(model, memory, src_mask, use_cache)
+    running = torch.arange(src_ids.size(0), device=src_ids.device)  # sentence of each row (N,)
+    log_prob = torch.zeros(src_ids.size(0), device=src_ids.device)  # (N,)
+    results: dict[int, Hypothesis] = {}
+    for step in range(int(max_lens.max()) + 1):
+        log_probs = batch.next_log_probs()  # (N, V)
+        force_eos(log_probs, max_lens[running] <= step)
+        next_tokens = pick(log_probs)  # (N,)
+        log_prob = log_prob + log_probs.gather(1, next_tokens[:, None]).squeeze(1)
+        done = next_tokens == EOS_ID  # (N,)
+        if done.any():
+            rows = done.nonzero().squeeze(1)
+            tokens = batch.tokens[rows, 1:].tolist()  # drop BOS; EOS was never appended
+            totals = log_prob[rows].tolist()
+            for row, ids, total in zip(rows.tolist(), tokens, totals, strict=True):
+                results[int(running[row])] = Hypothesis(ids, score=total, log_prob=total)
+            rest = (~done).nonzero().squeeze(1)
+            if rest.numel() == 0:
+                break
+            batch.select(rest, same_sentences=False)
+            running, log_prob, next_tokens = running[rest], log_prob[rest], next_tokens[rest]
+        batch.append(next_tokens)
+    return [results[i] for i in range(src_ids.size(0))]  # EOS is forced at the limit
+
+
+def greedy_search(
+    model: nn.Module,
+    src_ids: Tensor,
+    config: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
+    use_cache: bool = True,
+) -> list[Hypothesis]:
+    """The most likely next token at every step, until EOS.
+
+    Args:
+        model: a ``Transformer`` (or anything with encode/decode/new_cache/log_probs).
+        src_ids: source ids (B, S), right-padded with PAD_ID.
+        config: ``max_len_a`` and ``max_len_b`` are used: at most floor(a · src_len + b)
+            tokens before EOS.
+        use_cache: decode incrementally with the key/value cache (False: re-run the prefix).
+    Shape:
+        returns B hypotheses, in the order of src_ids; score = log_prob.
+    """
+    with evaluating(model):
+        return _search_one_path(model, src_ids, lambda lp: lp.argmax(dim=-1), config, use_cache)
+
+
+def sample(
+    model: nn.Module,
+    src_ids: Tensor,
+    config: DecodeConfig = DecodeConfig(sampling=True),  # noqa: B008 (frozen)
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> list[Hypothesis]:
+    """Draws each next token from the model's distribution, sharpened or flattened.
+
+    The token is drawn from softmax(log p / temperature) restricted to the ``top_k`` most likely
+    tokens; temperature < 1 moves towards greedy search, > 1 towards uniform.
+
+    Args:
+        config: ``temperature`` (> 0), ``top_k`` (0: the whole vocabulary), ``max_len_a`` and
+            ``max_len_b`` are used.
+        generator: a seeded ``torch.Generator`` makes the samples reproducible.
+        Others as in ``greedy_search``.
+    Shape:
+        returns B hypotheses; log_prob (= score) is under the model itself, not the
+        temperature-scaled or truncated distribution.
+    """
+    temperature, top_k = config.temperature, config.top_k
+
+    def pick(log_probs: Tensor) -> Tensor:
+        scaled = log_probs / temperature  # (N, V)
+        if top_k:
+            kth_best = scaled.topk(min(top_k, scaled.size(-1)), dim=-1).values[:, -1:]  # (N, 1)
+            scaled = scaled.masked_fill(scaled < kth_best, float("-inf"))
+        probs = scaled.softmax(dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (N,)
+
+    with evaluating(model):
+        return _search_one_path(model, src_ids, pick, config, use_cache)

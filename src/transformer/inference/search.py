@@ -1,0 +1,128 @@
+"""The search primitives: what greedy search, sampling and beam search share.
+
+Every search runs the encoder once, then the decoder step by step: at step t the decoder reads
+<s> y1 .. yt and scores the next token. With ``use_cache=True`` (the default) only the new token
+goes through the decoder and the keys/values of earlier steps come from a ``DecoderCache``
+(``cache.py``); with ``use_cache=False`` the whole prefix is re-run at every step, the slow way,
+kept to check that the cache changes nothing.
+
+Shared rules of every search:
+- a sentence may produce at most ``max_len_a · src_len + b`` tokens (src_len counts its real,
+  non-pad source tokens), then EOS is forced, so every hypothesis ends with EOS;
+- PAD and BOS are never generated;
+- a sentence that has finished leaves the running batch (``cache.keep``), so later steps only
+  pay for the sentences still being decoded;
+- the model runs under ``torch.inference_mode()`` in eval mode; its train/eval mode is restored.
+
+The searches (``greedy.py``, ``beam.py``; ``translator.py`` chooses among them) use only
+``model.encode``, ``model.decode``, ``model.new_cache`` and ``model.log_probs`` (plus
+``model.config.max_positions`` when present), so any object with those methods can be searched,
+e.g. a stub with hand-set distributions in the tests.
+
+Shapes: B batch, S source length, t target steps so far, K beams, N sentences still running,
+V target vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ..vocab import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class Hypothesis:
+    """One output sentence."""
+
+    tokens: list[int]  # generated ids, without BOS and without the final EOS
+    score: float  # beam search: log_prob / lp(len(tokens) + 1); greedy and sampling: log_prob
+    log_prob: float  # log P(tokens + EOS | source) under the model
+
+
+def gnmt_length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016, §7); α = 0 gives 1, i.e. no penalty.
+
+    Beam search ranks hypotheses by log P(Y|X) / lp(Y): without it, shorter outputs win simply
+    because every extra token multiplies in one more probability below 1.
+    """
+    return ((5 + length) / 6) ** alpha
+
+
+@contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """eval() + inference_mode for the search; every module's train/eval flag is restored."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def max_output_lengths(model: nn.Module, src_ids: Tensor, a: float, b: int) -> Tensor:
+    """Most tokens (before EOS) each sentence may produce: floor(a · src_len + b), (B,).
+
+    Capped so that the decoder input <s> y1 .. y_max fits in the model's positions.
+    """
+    src_len = (src_ids != PAD_ID).sum(dim=1)  # (B,)
+    lengths = (a * src_len + b).floor().long()
+    max_positions = getattr(getattr(model, "config", None), "max_positions", None)
+    if max_positions is not None:
+        lengths = lengths.clamp(max=max_positions - 1)
+    return lengths
+
+
+def force_eos(log_probs: Tensor, at_limit: Tensor) -> None:
+    """Rows at their length limit may only produce EOS (at the model's own log-probability)."""
+    not_eos = torch.ones(log_probs.size(-1), dtype=torch.bool, device=log_probs.device)
+    not_eos[EOS_ID] = False
+    log_probs.masked_fill_(at_limit[:, None] & not_eos, float("-inf"))
+
+
+class RunningBatch:
+    """The rows being decoded: their decoder inputs so far and what decoding them needs."""
+
+    def __init__(self, model: nn.Module, memory: Tensor, src_mask: Tensor, use_cache: bool):
+        self.model = model
+        self.memory, self.src_mask = memory, src_mask  # (rows, S, D), (rows, 1, 1, S)
+        self.cache = model.new_cache() if use_cache else None
+        self.tokens = torch.full((memory.size(0), 1), BOS_ID, device=src_mask.device)  # (rows, 1)
+
+    def next_log_probs(self) -> Tensor:
+        """log P(next token | source, prefix) for every row, PAD and BOS banned: (rows, V)."""
+        if self.cache is None:  # the whole prefix again
+            logits = self.model.decode(self.tokens, self.memory, self.src_mask)  # (rows, t+1, V)
+        else:  # only the newest token; earlier keys/values come from the cache
+            new = self.tokens[:, -1:]  # (rows, 1)
+            logits = self.model.decode(new, self.memory, self.src_mask, self.cache)
+        log_probs = self.model.log_probs(logits[:, -1])  # (rows, V)
+        log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
+        return log_probs
+
+    def append(self, next_tokens: Tensor) -> None:
+        """Adds one token (rows,) to every prefix."""
+        self.tokens = torch.cat([self.tokens, next_tokens[:, None]], dim=1)  # (rows, t+1)
+
+    def select(self, rows: Tensor, same_sentences: bool) -> None:
+        """Row i continues old row ``rows[i]``.
+
+        ``same_sentences``: every row stays within its sentence (beam reordering), so the
+        encoder output and the cached encoder-decoder keys/values need not move. Otherwise they
+        move too (``cache.keep``): rows of finished sentences leave the batch.
+        """
+        self.tokens = self.tokens.index_select(0, rows)
+        if same_sentences:
+            if self.cache is not None:
+                self.cache.reorder(rows)
+            return
+        self.memory = self.memory.index_select(0, rows)
+        self.src_mask = self.src_mask.index_select(0, rows)
+        if self.cache is not None:
+            self.cache.keep(rows)

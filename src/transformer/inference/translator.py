@@ -1,0 +1,196 @@
+"""Text in, text out: batching, the choice of search, and the tokenizers, for translate,
+evaluate, validate and attention.
+
+``translate_ids`` sorts sentences by length, cuts them into batches (``data/batching.py``) and
+sends each batch to the search the DecodeConfig asks for (``search``): greedy, sampling or beam.
+
+Source sentences become SentencePiece ids followed by EOS; a sentence longer than the model's
+positions allow (``max_positions`` tokens) is truncated to fit, and the caller is told which
+lines were, so the command line can warn: never a silent change, never a crash mid-file.
+Empty sentences translate to empty strings without running the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor, nn
+
+from ..config import DecodeConfig
+from ..data.batching import encode_source, length_batches, pad
+from ..data.tokenizer import Tokenizers
+from ..errors import UserError
+from ..model.transformer import AttentionMaps, Transformer
+from ..vocab import BOS_ID, PAD_ID
+from .beam import beam_search
+from .greedy import greedy_search, sample
+from .search import Hypothesis
+
+
+def translate_ids(
+    model: nn.Module,
+    sentences: list[list[int]],
+    config: DecodeConfig,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> list[list[Hypothesis]]:
+    """Decodes many source sentences, in batches of similar length, as ``config`` says.
+
+    Sampling if ``config.sampling`` (``nbest`` samples per sentence), else greedy search if
+    ``beam_size`` is 1, else beam search. Sorting by length keeps padding, and so wasted work,
+    small; the results come back in input order.
+
+    Args:
+        sentences: source ids exactly as the encoder saw them in training (the data pipeline
+            encodes pieces + EOS); nothing is added or removed here. May be empty; no PAD_ID.
+        config: the search and its limits: at most ``batch_size`` sentences and
+            ``max_source_tokens`` padded source tokens per batch (a longer sentence goes alone).
+        generator: the random source for sampling.
+    Shape:
+        returns one list of up to ``nbest`` hypotheses per sentence, best score first.
+    """
+    for i, ids in enumerate(sentences):
+        if PAD_ID in ids:
+            raise ValueError(f"source sentence {i} contains the padding id {PAD_ID}")
+    device = next(iter(model.parameters()), torch.empty(0)).device  # CPU for a parameterless stub
+    costs = [(max(len(ids), 1),) for ids in sentences]  # an empty source still takes a column
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    results: dict[int, list[Hypothesis]] = {}
+    for indices in length_batches(costs, order, config.max_source_tokens, config.batch_size):
+        src_ids = pad([sentences[i] for i in indices], device)  # (B, S)
+        found = search(model, src_ids, config, use_cache, generator)
+        results.update(zip(indices, found, strict=True))
+    return [results[i] for i in range(len(sentences))]
+
+
+def search(
+    model: nn.Module,
+    src_ids: Tensor,
+    config: DecodeConfig,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> list[list[Hypothesis]]:
+    """One batch (B, S) through the search that the config asks for: sampling (``nbest``
+    samples per sentence), greedy search (``beam_size`` 1) or beam search."""
+    if config.sampling:
+        n = config.nbest
+        repeated = src_ids.repeat_interleave(n, dim=0)  # (B·n, S): n samples per sentence
+        drawn = sample(model, repeated, config, generator, use_cache)
+        return [sorted(drawn[i : i + n], key=lambda h: -h.score) for i in range(0, len(drawn), n)]
+    if config.beam_size == 1:
+        return [[hyp] for hyp in greedy_search(model, src_ids, config, use_cache)]
+    return beam_search(model, src_ids, config, use_cache)
+
+
+@dataclass
+class Translation:
+    text: str
+    score: float  # length-penalised log-probability (beam) or log-probability (greedy, sampling)
+    tokens: list[int]
+
+
+@dataclass
+class TranslationResult:
+    nbest: list[list[Translation]]  # per input sentence, best first
+    truncated: list[int]  # indices of the inputs that were cut to fit the model
+
+    @property
+    def best(self) -> list[str]:
+        return [options[0].text if options else "" for options in self.nbest]
+
+
+def translate(
+    model: Transformer, tokenizers: Tokenizers, sentences: list[str], decode: DecodeConfig
+) -> TranslationResult:
+    """Translates ``sentences`` (any number; batched by length inside)."""
+    limit = model.config.max_positions  # the encoder's limit; decoding caps the output itself
+    todo, ids, truncated = [], [], []
+    for i, sentence in enumerate(sentences):
+        if not sentence.strip():
+            continue
+        pieces = encode_source(tokenizers.src.encode(sentence))
+        if len(pieces) > limit:
+            pieces = [*pieces[: limit - 1], pieces[-1]]  # keep the EOS
+            truncated.append(i)
+        todo.append(i)
+        ids.append(pieces)
+    nbest: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in sentences]
+    if ids:
+        for i, hypotheses in zip(todo, translate_ids(model, ids, decode), strict=True):
+            nbest[i] = [
+                Translation(tokenizers.tgt.decode(h.tokens), h.score, h.tokens) for h in hypotheses
+            ]
+    return TranslationResult(nbest, truncated)
+
+
+def format_nbest(index: int, options: list[Translation]) -> list[str]:
+    """Moses-style n-best lines: ``sentence index ||| translation ||| score``."""
+    return [f"{index} ||| {t.text} ||| {t.score:.4f}" for t in options]
+
+
+def translate_lines(
+    model: Transformer,
+    tokenizers: Tokenizers,
+    lines: Iterable[str],
+    decode: DecodeConfig,
+    write: Callable[[str], None],
+    warn: Callable[[str], None],
+    chunk: int = 2000,
+) -> int:
+    """Translates a stream of lines in chunks (bounded memory), keeping line alignment.
+
+    Each input line gives one output line (``decode.nbest`` lines with ``nbest`` > 1); an
+    empty line gives an empty line. Returns the number of input lines.
+    """
+    done = 0
+    buffer: list[str] = []
+
+    def flush() -> None:
+        result = translate(model, tokenizers, buffer, decode)
+        for i in result.truncated:
+            warn(f"line {done + i + 1}: longer than the model accepts; translated its beginning")
+        for i, options in enumerate(result.nbest):
+            if decode.nbest > 1:
+                for line in format_nbest(done + i, options[: decode.nbest]):
+                    write(line)
+            else:
+                write(options[0].text)
+
+    for line in lines:
+        buffer.append(line.rstrip("\n"))
+        if len(buffer) == chunk:
+            flush()
+            done, buffer = done + len(buffer), []
+    if buffer:
+        flush()
+        done += len(buffer)
+    return done
+
+
+@dataclass
+class Inspection:
+    """One sentence, its translation, and every attention weight of the forward pass."""
+
+    source: str
+    translation: str
+    maps: AttentionMaps
+    src_labels: list[str]  # source pieces + </s>
+    tgt_labels: list[str]  # decoder input: <s> + translation pieces
+
+
+def inspect_sentence(
+    model: Transformer, tokenizers: Tokenizers, sentence: str, decode: DecodeConfig
+) -> Inspection:
+    """Translates ``sentence`` and re-runs the model on (source, <s> + translation) to collect
+    the attention weights of every layer and head."""
+    if not sentence.strip():
+        raise UserError("the sentence to inspect is empty")
+    best = translate(model, tokenizers, [sentence], replace(decode, nbest=1)).nbest[0][0]
+    src_ids = encode_source(tokenizers.src.encode(sentence))[: model.config.max_positions]
+    tgt_ids = [BOS_ID, *best.tokens]
+    maps = model.attention_maps(torch.tensor([src_ids]), torch.tensor([tgt_ids]))
+    src_labels = [tokenizers.src.id_to_piece(i) for i in src_ids]
+    tgt_labels = [tokenizers.tgt.id_to_piece(i) for i in tgt_ids]
+    return Inspection(sentence, best.text, maps, src_labels, tgt_labels)

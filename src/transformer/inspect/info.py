@@ -1,0 +1,74 @@
+"""Parameter counts per part of the model, in the notes' vocabulary (``transformer info``)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ..config import ModelConfig
+from ..model.transformer import Transformer
+
+
+def _count(module: nn.Module, seen: set[int]) -> int:
+    """Parameters of ``module`` not already counted (shared tables count once)."""
+    total = 0
+    for p in module.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    return total
+
+
+def parameter_table(model: Transformer) -> list[tuple[str, int]]:
+    """(part, parameter count) rows in the order of Figure 1; the last row is the total."""
+    config: ModelConfig = model.config
+    seen: set[int] = set()
+    rows: list[tuple[str, int]] = []
+    shared = " (shared with source)" if config.share_embeddings else ""
+    rows.append(("source token embedding", _count(model.src_embed.tokens, seen)))
+    rows.append((f"target token embedding{shared}", _count(model.tgt_embed.tokens, seen)))
+    for side, embed in (("source", model.src_embed), ("target", model.tgt_embed)):
+        rows.append(
+            (f"{side} positional encoding ({config.positional})", _count(embed.positions, seen))
+        )
+    for i, layer in enumerate(model.encoder.layers, 1):
+        rows.append((f"encoder {i} self-attention", _count(layer.self_attn, seen)))
+        rows.append(
+            (f"encoder {i} add & norm x2", _count(layer.norm1, seen) + _count(layer.norm2, seen))
+        )
+        rows.append((f"encoder {i} feed-forward", _count(layer.feed_forward, seen)))
+    rows.append(("encoder final norm", _count(model.encoder.final_norm, seen)))
+    for i, layer in enumerate(model.decoder.layers, 1):
+        norms = _count(layer.norm1, seen) + _count(layer.norm2, seen) + _count(layer.norm3, seen)
+        rows.append((f"decoder {i} masked self-attention", _count(layer.self_attn, seen)))
+        rows.append((f"decoder {i} encoder-decoder attention", _count(layer.cross_attn, seen)))
+        rows.append((f"decoder {i} add & norm x3", norms))
+        rows.append((f"decoder {i} feed-forward", _count(layer.feed_forward, seen)))
+    rows.append(("decoder final norm", _count(model.decoder.final_norm, seen)))
+    tied = " (tied to target embedding)" if config.tie_output else ""
+    rows.append((f"output linear{tied}", _count(model.output, seen)))
+    rows.append(("total", sum(count for _, count in rows)))
+    return rows
+
+
+def format_table(rows: list[tuple[str, int]], config: ModelConfig) -> str:
+    """The table as text, with the config line on top."""
+    head = (
+        f"d_model={config.d_model} heads={config.n_heads} d_ff={config.d_ff} "
+        f"layers={config.n_encoder_layers}+{config.n_decoder_layers} "
+        f"vocab={config.src_vocab_size}/{config.tgt_vocab_size} "
+        f"{'post' if not config.norm_first else 'pre'}-norm"
+    )
+    width = max(len(name) for name, _ in rows)
+    lines = [head, ""]
+    for name, count in rows:
+        if name == "total":
+            lines.append("-" * (width + 14))
+        lines.append(f"{name:<{width}}  {count:>12,}")
+    total = rows[-1][1]
+    lines.append(f"{'':<{width}}  {total / 1e6:>11.2f}M")
+    return "\n".join(lines)
+
+
+def describe(config: ModelConfig) -> str:
+    """The parameter table of a model built from ``config`` (``transformer info``)."""
+    return format_table(parameter_table(Transformer(config)), config)

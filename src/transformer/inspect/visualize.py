@@ -1,0 +1,315 @@
+"""Figures: attention heatmaps per layer and head, and the sinusoidal positional encodings.
+
+Data and drawing are kept apart. ``attention_panels`` picks the matrix and the token labels of
+each heatmap from ``AttentionMaps`` (what tests check); ``draw_panel`` turns one panel into a
+matplotlib figure and ``save_panel`` writes it as PNG and SVG. Figures are built with
+``matplotlib.figure.Figure`` rather than pyplot: no screen, no global figure registry to leak.
+
+Layers and heads are numbered from 0, as in ``model.encoder.layers[0]``.
+
+Shapes: B batch, H heads, S source length, T target length, P positions, D model width.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib import rc_context
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from ..errors import BadValue
+from ..model.embeddings import sinusoidal_table
+from ..model.transformer import AttentionMaps
+
+KINDS: tuple[str, ...] = ("encoder_self", "decoder_self", "cross")
+KIND_TITLES = {
+    "encoder_self": "Encoder self-attention",
+    "decoder_self": "Decoder masked self-attention",
+    "cross": "Encoder-decoder attention",
+}
+ANNOTATE_MAX_CELLS = 256  # write the weight in each cell up to 16 x 16 tokens
+FORMATS = ("png", "svg")
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One heatmap: the attention weights of one kind, layer and head (None = head average)."""
+
+    kind: str
+    layer: int
+    head: int | None
+    matrix: np.ndarray  # (Tq, Tk): row = query, column = key; each row sums to 1
+    query_labels: tuple[str, ...]
+    key_labels: tuple[str, ...]
+    title: str
+
+    @property
+    def name(self) -> str:
+        """File stem, e.g. ``cross_layer1_head3`` or ``cross_layer1_mean``."""
+        head = "mean" if self.head is None else f"head{self.head}"
+        return f"{self.kind}_layer{self.layer}_{head}"
+
+
+def _check_index(name: str, value: int | None, count: int, what: str) -> None:
+    if value is not None and not 0 <= value < count:
+        raise BadValue(f"{name} {value} is out of range: valid {name}s are 0..{count - 1} ({what})")
+
+
+def _labels(labels: Sequence[str], length: int, what: str) -> tuple[str, ...]:
+    """Labels for one axis; fewer labels than positions crops the batch's padding away."""
+    if not 0 < len(labels) <= length:
+        raise ValueError(f"{len(labels)} {what} labels for {length} {what} positions")
+    return tuple(labels)
+
+
+def _check_selection(
+    maps: AttentionMaps,
+    src_labels: Sequence[str],
+    tgt_labels: Sequence[str],
+    layer: int | None,
+    head: int | None,
+    batch_index: int,
+) -> tuple[tuple[str, ...], tuple[str, ...], int]:
+    """Validates a selection; returns the source labels, target labels and number of heads."""
+    batch, n_heads, n_src = maps.encoder[0].shape[:3]
+    n_tgt = maps.decoder[0].cross_attention.shape[2]
+    n_layers = max(len(maps.encoder), len(maps.decoder))
+    layer_counts = f"{len(maps.encoder)} encoder, {len(maps.decoder)} decoder layers"
+    _check_index("layer", layer, n_layers, layer_counts)
+    _check_index("head", head, n_heads, f"{n_heads} heads")
+    _check_index("batch_index", batch_index, batch, f"batch of {batch}")
+    return _labels(src_labels, n_src, "source"), _labels(tgt_labels, n_tgt, "target"), n_heads
+
+
+def attention_panels(
+    maps: AttentionMaps,
+    src_labels: Sequence[str],
+    tgt_labels: Sequence[str],
+    layer: int | None = None,
+    head: int | None = None,
+    batch_index: int = 0,
+    kinds: Sequence[str] = KINDS,
+) -> list[Panel]:
+    """One panel per kind, layer and head of a forward pass, with tokens on both axes.
+
+    Args:
+        maps: from ``Transformer.attention_maps(src_ids, tgt_ids)``.
+        src_labels: source tokens (keys of encoder and encoder-decoder attention).
+        tgt_labels: decoder input tokens, <s> + translation (the decoder's queries).
+        layer, head: select one layer / head (from 0); None = all.
+        batch_index: which sentence of the batch.
+        kinds: a subset of ``KINDS``.
+    Shape:
+        panel matrices are (S, S), (T, T) and (T, S), cropped to the labelled tokens.
+    """
+    src, tgt, n_heads = _check_selection(maps, src_labels, tgt_labels, layer, head, batch_index)
+    per_kind = {  # per-layer (B, H, Tq, Tk) weights, query labels, key labels
+        "encoder_self": (maps.encoder, src, src),
+        "decoder_self": ([d.self_attention for d in maps.decoder], tgt, tgt),
+        "cross": ([d.cross_attention for d in maps.decoder], tgt, src),
+    }
+    unknown = [kind for kind in kinds if kind not in per_kind]
+    if unknown:
+        raise ValueError(f"unknown attention kind {unknown[0]!r}; choose from {', '.join(KINDS)}")
+    panels = []
+    for kind in kinds:
+        layers, queries, keys = per_kind[kind]
+        for index, weights in enumerate(layers):
+            if layer is not None and index != layer:
+                continue
+            for h in range(n_heads) if head is None else (head,):
+                matrix = weights[batch_index, h, : len(queries), : len(keys)]  # (Tq, Tk)
+                title = f"{KIND_TITLES[kind]}, layer {index}, head {h}"
+                panels.append(Panel(kind, index, h, _numpy(matrix), queries, keys, title))
+    return panels
+
+
+def mean_cross_attention_panels(
+    maps: AttentionMaps,
+    src_labels: Sequence[str],
+    tgt_labels: Sequence[str],
+    layer: int | None = None,
+    batch_index: int = 0,
+) -> list[Panel]:
+    """Encoder-decoder attention averaged over heads, one panel per layer: the alignment.
+
+    Shape:
+        panel matrices are (T, S): which source tokens each target position looks at.
+    """
+    src, tgt, _ = _check_selection(maps, src_labels, tgt_labels, layer, None, batch_index)
+    panels = []
+    for index, attention in enumerate(maps.decoder):
+        if layer is not None and index != layer:
+            continue
+        weights = attention.cross_attention[batch_index]  # (H, T, S)
+        matrix = weights.mean(dim=0)[: len(tgt), : len(src)]  # (T, S)
+        title = f"{KIND_TITLES['cross']}, layer {index}, mean of heads"
+        panels.append(Panel("cross", index, None, _numpy(matrix), tgt, src, title))
+    return panels
+
+
+def _numpy(weights: Tensor) -> np.ndarray:
+    return weights.detach().float().cpu().numpy()
+
+
+def _text(label: str) -> str:
+    """Shown literally: a "$" in a token must not start matplotlib's mathtext."""
+    return label.replace("$", r"\$")
+
+
+def draw_panel(panel: Panel, annotate: bool = True) -> Figure:
+    """The heatmap of one panel: keys on x, queries on y, weights on a fixed 0..1 colour scale.
+
+    Margins are computed from the label lengths instead of by a layout engine: laying the text
+    out once more per figure would double the time of writing dozens of figures.
+    """
+    n_queries, n_keys = panel.matrix.shape
+    longest_query = max(len(q) for q in panel.query_labels)
+    longest_key = max(len(k) for k in panel.key_labels)
+    # Inches: a 10 pt character is about 0.085 in wide; cells are 0.42 in square.
+    left, right, top = 0.55 + 0.085 * longest_query, 1.25, 0.45
+    bottom = 0.5 + 0.085 * longest_key
+    width = max(left + 0.42 * n_keys + right, 0.075 * len(panel.title) + 0.6)
+    height = bottom + 0.42 * n_queries + top
+    fig = Figure(figsize=(width, height))
+    ax = fig.add_axes(
+        (left / width, bottom / height, 1 - (left + right) / width, 1 - (bottom + top) / height)
+    )
+    colorbar_axes = fig.add_axes(
+        (1 - (right - 0.2) / width, bottom / height, 0.15 / width, 1 - (bottom + top) / height)
+    )
+    # One colour scale for every panel, so that heads and layers compare at a glance.
+    image = ax.imshow(panel.matrix, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(n_keys), [_text(k) for k in panel.key_labels], rotation=90)
+    ax.set_yticks(range(n_queries), [_text(q) for q in panel.query_labels])
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    ax.set_title(_text(panel.title), fontsize=10)
+    if annotate and n_queries * n_keys <= ANNOTATE_MAX_CELLS:
+        for (i, j), value in np.ndenumerate(panel.matrix):
+            colour = "black" if value > 0.6 else "white"  # viridis is light at the top
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7, color=colour)
+    fig.colorbar(image, cax=colorbar_axes, label="attention weight")
+    return fig
+
+
+def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = 100) -> bytes:
+    """A figure encoded as PNG or SVG bytes."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt, dpi=dpi)
+    return buffer.getvalue()
+
+
+def _save(fig: Figure, out_dir: str | Path, stem: str, dpi: int) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{stem}.{fmt}" for fmt in FORMATS]
+    # SVG text stays text (selectable, and faster to write than one path per glyph).
+    with rc_context({"svg.fonttype": "none"}):
+        for path in paths:
+            fig.savefig(path, dpi=dpi)
+    fig.clear()  # free the artists now rather than at the next garbage collection
+    return paths
+
+
+def save_panel(panel: Panel, out_dir: str | Path, dpi: int = 110) -> list[Path]:
+    """Writes ``<out_dir>/<panel.name>.png`` and ``.svg``; returns both paths."""
+    return _save(draw_panel(panel), out_dir, panel.name, dpi)
+
+
+def write_attention_figures(
+    maps: AttentionMaps,
+    src_labels: Sequence[str],
+    tgt_labels: Sequence[str],
+    out_dir: str | Path,
+    layer: int | None = None,
+    head: int | None = None,
+) -> list[Path]:
+    """Heatmaps of every selected kind, layer and head, plus the head-averaged alignment.
+
+    Args:
+        maps: from ``Transformer.attention_maps`` for one sentence (batch index 0).
+        src_labels: source tokens; tgt_labels: decoder input tokens (<s> + translation).
+        out_dir: created if missing.
+        layer, head: select one (from 0); None = all. The head average is written unless a
+            head is selected.
+    Returns:
+        the paths written, a PNG and an SVG per figure.
+    """
+    panels = attention_panels(maps, src_labels, tgt_labels, layer, head)
+    if head is None:
+        panels += mean_cross_attention_panels(maps, src_labels, tgt_labels, layer)
+    return [path for panel in panels for path in save_panel(panel, out_dir)]
+
+
+@dataclass(frozen=True)
+class PositionalData:
+    """What the positional-encoding figures show."""
+
+    table: np.ndarray  # (P, D): sinusoidal_table(P, D)
+    offsets: tuple[int, ...]  # start positions p of the dot-product curves
+    distances: np.ndarray  # (K,): k = 0 .. P - 1 - max(offsets)
+    dot_products: np.ndarray  # (len(offsets), K): PE(p)·PE(p + k)
+
+
+def positional_data(
+    d_model: int, max_positions: int, offsets: Sequence[int] | None = None
+) -> PositionalData:
+    """The encoding table and the dot products PE(p)·PE(p+k) for a few start positions p.
+
+    PE(p)·PE(p+k) = Σ_i cos(k·ω_i) does not depend on p: the curves coincide, which is why a
+    fixed linear map can attend by relative position (§3.5).
+    """
+    if d_model <= 0 or max_positions <= 0:
+        raise ValueError(
+            f"d_model and max_positions must be positive, got {d_model}, {max_positions}"
+        )
+    offsets = tuple(sorted({0, max_positions // 4} if offsets is None else set(offsets)))
+    _check_index("offset", max(offsets), max_positions, f"{max_positions} positions")
+    _check_index("offset", min(offsets), max_positions, f"{max_positions} positions")
+    table = sinusoidal_table(max_positions, d_model).double().numpy()  # (P, D)
+    distances = np.arange(max_positions - max(offsets))  # (K,)
+    dots = np.stack([table[p + distances] @ table[p] for p in offsets])  # (len(offsets), K)
+    return PositionalData(table, offsets, distances, dots)
+
+
+def draw_positional_heatmap(data: PositionalData) -> Figure:
+    """Positions (y) by dimensions (x): fast sinusoids on the left, slow ones on the right."""
+    n_positions, d_model = data.table.shape
+    fig = Figure(figsize=(7.0, 4.5))
+    ax = fig.add_subplot()
+    image = ax.imshow(data.table, cmap="RdBu_r", vmin=-1.0, vmax=1.0, aspect="auto")
+    ax.set_xlabel("dimension (even: sin, odd: cos)")
+    ax.set_ylabel("position")
+    ax.set_title(f"Sinusoidal positional encoding, d_model = {d_model}", fontsize=10)
+    fig.colorbar(image, ax=ax, label="PE(pos, dim)")
+    fig.tight_layout()
+    return fig
+
+
+def draw_positional_dot_products(data: PositionalData) -> Figure:
+    """PE(p)·PE(p+k) against the distance k, one curve per start position p."""
+    fig = Figure(figsize=(7.0, 4.0))
+    ax = fig.add_subplot()
+    for row, p, style in zip(data.dot_products, data.offsets, ("-", "--", ":", "-."), strict=False):
+        ax.plot(data.distances, row, style, label=f"p = {p}")
+    ax.set_xlabel("distance k")
+    ax.set_ylabel("PE(p) · PE(p + k)")
+    ax.set_title("The dot product depends only on the distance k", fontsize=10)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def save_positional_plots(d_model: int, max_positions: int, out_dir: str | Path) -> list[Path]:
+    """Writes ``pe_heatmap`` and ``pe_dot_product`` as PNG and SVG; returns the four paths."""
+    data = positional_data(d_model, max_positions)
+    return _save(draw_positional_heatmap(data), out_dir, "pe_heatmap", 110) + _save(
+        draw_positional_dot_products(data), out_dir, "pe_dot_product", 110
+    )

@@ -1,0 +1,113 @@
+"""Token embeddings and positional encodings (§3.4, §3.5).
+
+The input to each stack is dropout(embedding(ids)·√d_model + PE(position)). Positions are either
+the fixed sinusoids of the paper or a learned table; both accept at most ``max_positions``.
+
+Shapes: B batch, T sequence length, D model width, V vocabulary size, P max positions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ..vocab import PAD_ID
+
+
+class TokenEmbedding(nn.Module):
+    """Looks up a D-wide vector per token id and scales it by √D (§3.4).
+
+    Initialised N(0, D^-1/2) so that the scaled vectors have unit variance, which also suits the
+    output projection when its weights are tied to this table. The padding row stays zero.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int) -> None:
+        super().__init__()
+        self.scale = math.sqrt(d_model)
+        self.weight = nn.Parameter(torch.randn(vocab_size, d_model) * d_model**-0.5)
+        with torch.no_grad():
+            self.weight[PAD_ID].zero_()
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """(B, T) -> (B, T, D)."""
+        return nn.functional.embedding(ids, self.weight, padding_idx=PAD_ID) * self.scale
+
+
+def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/D)).
+
+    Shape:
+        returns (P, D). With an odd D the last column is a sine.
+    """
+    pos = torch.arange(max_positions, dtype=torch.float64)[:, None]  # (P, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(D/2),) the even indices 2i
+    angle = pos / 10000.0 ** (two_i / d_model)  # (P, ceil(D/2))
+    table = torch.zeros(max_positions, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return table.float()
+
+
+class _Positions(nn.Module):
+    """Shared length check for both kinds of positional encoding."""
+
+    max_positions: int
+
+    def _check(self, length: int, offset: int) -> None:
+        if offset + length > self.max_positions:
+            raise ValueError(
+                f"sequence of {offset + length} positions is longer than max_positions="
+                f"{self.max_positions} (ModelConfig.max_positions); shorten the input or "
+                "use a model with more positions"
+            )
+
+
+class SinusoidalPositionalEncoding(_Positions):
+    """The paper's fixed sinusoids; no parameters (the table is a non-saved buffer)."""
+
+    def __init__(self, max_positions: int, d_model: int) -> None:
+        super().__init__()
+        self.max_positions = max_positions
+        self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """Encodings of positions offset..offset+length-1: (T, D)."""
+        self._check(length, offset)
+        return self.table[offset : offset + length]
+
+
+class LearnedPositionalEmbedding(_Positions):
+    """A learned vector per position (the paper's alternative, Table 3 row E)."""
+
+    def __init__(self, max_positions: int, d_model: int) -> None:
+        super().__init__()
+        self.max_positions = max_positions
+        self.weight = nn.Parameter(torch.randn(max_positions, d_model) * d_model**-0.5)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """Embeddings of positions offset..offset+length-1: (T, D)."""
+        self._check(length, offset)
+        return self.weight[offset : offset + length]
+
+
+class Embeddings(nn.Module):
+    """Token embedding + positional encoding, then dropout: the input of a stack."""
+
+    def __init__(
+        self, tokens: TokenEmbedding, positional: str, max_positions: int, dropout: float
+    ) -> None:
+        super().__init__()
+        d_model = tokens.weight.size(1)
+        self.tokens = tokens
+        if positional == "sinusoidal":
+            self.positions: _Positions = SinusoidalPositionalEncoding(max_positions, d_model)
+        else:
+            self.positions = LearnedPositionalEmbedding(max_positions, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
+        """Ids at positions offset.. (offset > 0 in step-by-step decoding): (B, T) -> (B, T, D)."""
+        x = self.tokens(ids)  # (B, T, D)
+        return self.dropout(x + self.positions(ids.size(1), offset))  # (B, T, D)

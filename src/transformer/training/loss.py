@@ -1,0 +1,54 @@
+"""Label-smoothed cross-entropy (Vaswani et al. §5.4, Szegedy et al. 2016).
+
+Training compares the softmax output with the target word. With ε = 0 the target is the
+notes' one-hot vector and the loss is −log p(correct word). Label smoothing moves ε of the
+probability mass from the correct word to a uniform distribution over the vocabulary:
+
+    q = (1 − ε)·one_hot(y) + ε / V,      loss = −Σ_v q_v · log p_v
+      = (1 − ε)·(−log p_y) + ε·mean_v(−log p_v)
+
+This is the definition ``torch.nn.functional.cross_entropy(label_smoothing=ε)`` uses (tested).
+Padding positions contribute nothing.
+
+Shapes: N target positions (B·T flattened), V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..vocab import PAD_ID
+
+
+@dataclass
+class LossSums:
+    """Sums over the non-padding positions of a batch; divide by ``n_tokens`` for means."""
+
+    loss: Tensor  # label-smoothed loss (what is minimised), scalar
+    nll: Tensor  # plain negative log-likelihood (for perplexity), scalar
+    n_tokens: int
+
+
+def label_smoothed_nll(
+    logits: Tensor, target: Tensor, epsilon: float, ignore_index: int = PAD_ID
+) -> LossSums:
+    """Label-smoothed negative log-likelihood, summed over real tokens.
+
+    Args:
+        logits: unnormalised scores (..., V), e.g. (B, T, V).
+        target: correct ids (...), e.g. (B, T); ``ignore_index`` positions are skipped.
+        epsilon: label smoothing ε in [0, 1).
+    Shape:
+        returns scalar sums and the token count.
+    """
+    log_probs = torch.log_softmax(logits.float(), dim=-1).flatten(0, -2)  # (N, V)
+    target = target.flatten()  # (N,)
+    keep = target != ignore_index  # (N,)
+    log_probs, target = log_probs[keep], target[keep]  # (n, V), (n,)
+    nll = -log_probs.gather(1, target[:, None]).squeeze(1)  # (n,) −log p_y
+    uniform = -log_probs.mean(dim=-1)  # (n,) mean_v −log p_v
+    loss = (1.0 - epsilon) * nll + epsilon * uniform  # (n,)
+    return LossSums(loss=loss.sum(), nll=nll.sum(), n_tokens=int(keep.sum()))

@@ -1,0 +1,177 @@
+"""The model directory: one owner for its layout, its lock, and the checks that protect it.
+
+    OUT/config.json      the RunConfig, with the real vocabulary sizes
+    OUT/tokenizer/       the SentencePiece model(s)
+    OUT/metrics.jsonl    one JSON object per log line / validation
+    OUT/tensorboard/     when tensorboard is installed
+    OUT/checkpoints/     index.json and step_* folders (checkpoint.py)
+    OUT/.lock            held (flock) by the training that writes into OUT
+    OUT/.staging/        a new run that --overwrite builds aside, swapped in at its first checkpoint
+
+Nothing a user has is lost: a training takes the lock before it looks at anything, validates
+everything before it writes anything, and ``--overwrite`` builds the new run in ``.staging``
+while the old one stays in place. Only once the new run has a checkpoint are the entries swapped,
+with a marker file that lets the next start finish a swap that a crash interrupted. Other files
+in OUT are never touched.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import UserError
+from ..files import fsync_dir, write_json_atomic
+from .checkpoint import clean_checkpoints, resume_candidates
+
+log = logging.getLogger(__name__)
+
+
+class RunDir:
+    """The paths of one model directory, and what may be done with them."""
+
+    CONFIG = "config.json"
+    TOKENIZER = "tokenizer"
+    METRICS = "metrics.jsonl"
+    TENSORBOARD = "tensorboard"
+    CHECKPOINTS = "checkpoints"
+    ENTRIES = (CONFIG, TOKENIZER, METRICS, TENSORBOARD, CHECKPOINTS)  # what a run owns in OUT
+    LOCK = ".lock"
+    STAGING = ".staging"
+    REPLACED = ".replaced"  # the old run's entries during a swap
+    READY = "READY"  # in .staging: the new run has a checkpoint; the swap may go ahead
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.root)!r})"
+
+    @property
+    def config(self) -> Path:
+        return self.root / self.CONFIG
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.root / self.TOKENIZER
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / self.METRICS
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / self.TENSORBOARD
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / self.CHECKPOINTS
+
+    def has_run(self) -> bool:
+        """Whether a training has written its config or a checkpoint here."""
+        return self.config.exists() or self.checkpoints.exists()
+
+    def has_checkpoint(self) -> bool:
+        return bool(resume_candidates(self.checkpoints)) if self.checkpoints.exists() else False
+
+    # ----------------------------------------------------------------------------- the lock
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Holds ``OUT/.lock`` for a training; a second training into OUT is refused.
+
+        The lock is an flock, released by the kernel when the process ends however it ends, so
+        a killed training never leaves OUT locked. A folder that did not exist and holds nothing
+        but the lock file afterwards (validation failed before anything was written) is removed.
+        """
+        created = not self.root.exists()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.root / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise UserError(
+                f"cannot create the model directory {self.root}: {error.strerror}"
+            ) from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as error:
+                if error.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+                raise UserError(
+                    f"{self.root} is in use by another training (process {holder}); wait for it "
+                    f"to finish or choose another --out"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            yield
+        finally:
+            os.close(fd)
+            if created and [p.name for p in self.root.iterdir()] == [self.LOCK]:
+                shutil.rmtree(self.root, ignore_errors=True)
+
+    # ------------------------------------------------------------------- overwrite, safely
+    def staging(self) -> RunDir:
+        """Where ``--overwrite`` builds the new run (empty)."""
+        staged = RunDir(self.root / self.STAGING)
+        shutil.rmtree(staged.root, ignore_errors=True)
+        staged.root.mkdir(parents=True)
+        return staged
+
+    def adopt(self, staged: RunDir) -> None:
+        """Replaces this run's entries by those of ``staged`` (which has a checkpoint).
+
+        The READY marker lists the new run's entries and is written first: if a crash
+        interrupts the swap, ``recover`` finishes it from there.
+        """
+        entries = [name for name in self.ENTRIES if (staged.root / name).exists()]
+        write_json_atomic(staged.root / self.READY, entries)
+        self._finish_swap(staged)
+
+    def _finish_swap(self, staged: RunDir) -> None:
+        """Moves the old entries aside and the new ones in; safe to run again after a crash."""
+        new_entries = json.loads((staged.root / self.READY).read_text(encoding="utf-8"))
+        replaced = self.root / self.REPLACED
+        replaced.mkdir(exist_ok=True)
+        for name in self.ENTRIES:
+            new, current = staged.root / name, self.root / name
+            if name in new_entries and not new.exists():
+                continue  # swapped before the crash: current is the new run's
+            if current.exists():
+                shutil.rmtree(replaced / name, ignore_errors=True)
+                os.rename(current, replaced / name)
+            if new.exists():
+                os.rename(new, current)
+        fsync_dir(self.root)
+        shutil.rmtree(staged.root, ignore_errors=True)
+        shutil.rmtree(replaced, ignore_errors=True)
+
+    def recover(self) -> None:
+        """Called under the lock before anything else: finishes a swap that a crash interrupted,
+        drops a staged run that never reached its first checkpoint, and removes the leftovers of
+        interrupted saves and prunes."""
+        staged = RunDir(self.root / self.STAGING)
+        if (staged.root / self.READY).exists():
+            log.warning(f"finishing the replacement of {self.root} that was interrupted")
+            self._finish_swap(staged)
+        elif staged.root.exists():
+            shutil.rmtree(staged.root)
+            log.warning(
+                f"removed {staged.root}: an --overwrite run that stopped before its first "
+                f"checkpoint (the run in {self.root} was kept)"
+            )
+        shutil.rmtree(self.root / self.REPLACED, ignore_errors=True)
+        if self.checkpoints.exists():
+            removed = clean_checkpoints(self.checkpoints)
+            if removed:
+                log.warning(f"removed unfinished folders in {self.checkpoints}: {removed}")
+
+    def save_config(self, values: dict) -> None:
+        write_json_atomic(self.config, values)

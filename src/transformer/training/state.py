@@ -1,0 +1,127 @@
+"""What a training run carries from step to step: where the data stream is, the trainer state
+saved with every checkpoint, and the running sums of the log lines.
+
+Shapes: none; plain numbers and the optimizer's own state.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from ..data.batching import Batch, Example, collate, make_batches
+from ..errors import UserError
+from .loss import LossSums
+
+
+@dataclass
+class Position:
+    """Where the data stream is: the next batch is number ``batch`` of epoch ``epoch``."""
+
+    epoch: int = 0
+    batch: int = 0
+
+
+def batch_stream(
+    examples: list[Example], max_tokens: int, seed: int, start: Position
+) -> Iterator[tuple[Position, Batch]]:
+    """Yields (position of the next batch, batch) forever, epoch after epoch, from ``start``.
+
+    After the last batch of epoch e the next position is (e + 1, 0): the epoch is complete.
+    """
+    epoch, first = start.epoch, start.batch
+    while True:
+        order = make_batches(examples, max_tokens, seed, epoch)
+        for i in range(first, len(order)):
+            after = Position(epoch, i + 1) if i + 1 < len(order) else Position(epoch + 1, 0)
+            yield after, collate([examples[j] for j in order[i]])
+        epoch, first = epoch + 1, 0
+
+
+@dataclass
+class TrainerState:
+    """Everything besides the weights that a resumed run needs; saved as ``trainer.pt``.
+
+    ``best_score`` ranks validations (higher is better, see ``selection_score``); the checkpoint
+    index's ``best`` points at the latest of the best-scoring ones.
+    """
+
+    step: int = 0
+    position: Position = field(default_factory=Position)
+    elapsed: float = 0.0  # seconds of training so far (max_minutes counts them)
+    best_score: float = -math.inf
+    best_valid_nll: float = math.inf
+
+    def to_dict(self, optimizer: torch.optim.Optimizer) -> dict:
+        return {
+            "step": self.step,
+            "position": {"epoch": self.position.epoch, "batch": self.position.batch},
+            "elapsed": self.elapsed,
+            "best_score": self.best_score,
+            "best_valid_nll": self.best_valid_nll,
+            "optimizer": optimizer.state_dict(),
+            "rng_torch": torch.get_rng_state(),
+            "rng_python": random.getstate(),
+        }
+
+    @classmethod
+    def restore(cls, saved: dict, optimizer: torch.optim.Optimizer) -> TrainerState:
+        """The state in ``saved``; the optimizer and the RNGs are restored as a side effect.
+
+        Checkpoints written before ``best_score`` existed rank by validation loss.
+        """
+        try:
+            optimizer.load_state_dict(saved["optimizer"])
+        except ValueError as error:  # e.g. one parameter group (Adam) before the AdamW groups
+            raise UserError(
+                f"the optimizer state was written by an older version ({error}); the weights "
+                "still translate, but the run cannot be resumed: start it again"
+            ) from None
+        torch.set_rng_state(saved["rng_torch"])
+        random.setstate(saved["rng_python"])
+        best_nll = saved["best_valid_nll"]
+        return cls(
+            step=saved["step"],
+            position=Position(**saved["position"]),
+            elapsed=saved["elapsed"],
+            best_score=saved.get("best_score", -best_nll),
+            best_valid_nll=best_nll,
+        )
+
+
+def selection_score(validated: dict[str, float], metric: str) -> float:
+    """How good a validation is, higher is better: BLEU when asked for and measured, else the
+    negative validation NLL."""
+    if metric == "bleu" and "valid_bleu" in validated:
+        return validated["valid_bleu"]
+    return -validated["valid_nll"]
+
+
+class Meter:
+    """Running sums between two log lines."""
+
+    def __init__(self) -> None:
+        self.loss = self.nll = 0.0
+        self.tokens = self.padded = 0
+        self.start = time.perf_counter()
+
+    def add(self, sums: LossSums, padded: int) -> None:
+        self.loss += sums.loss.item()
+        self.nll += sums.nll.item()
+        self.tokens += sums.n_tokens
+        self.padded += padded
+
+    def summary(self) -> dict[str, float]:
+        """Mean loss, perplexity, and tokens per second (source + target, padding included)."""
+        tokens = max(self.tokens, 1)
+        seconds = time.perf_counter() - self.start
+        return {
+            "loss": self.loss / tokens,
+            "ppl": math.exp(min(self.nll / tokens, 50)),
+            "tokens_per_s": self.padded / seconds,
+        }

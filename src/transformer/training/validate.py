@@ -1,0 +1,58 @@
+"""Validation during training: loss and perplexity on the validation split, and BLEU (with
+exact-match accuracy) of greedy translations of its first ``bleu_sentences`` sentences."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import sacrebleu
+import torch
+
+from ..config import RunConfig
+from ..data.batching import collate, make_batches
+from ..inference.translator import translate
+from ..model.transformer import Transformer
+from .loss import label_smoothed_nll
+
+
+@torch.inference_mode()
+def validation_loss(model: Transformer, prepared, config: RunConfig) -> dict[str, float]:
+    """Label-smoothed loss and perplexity (exp of the plain NLL) per target token."""
+    model.eval()
+    loss = nll = 0.0
+    tokens = 0
+    order = make_batches(prepared.valid, config.train.max_tokens, 0, 0, shuffle=False)
+    for indices in order:
+        batch = collate([prepared.valid[i] for i in indices])
+        sums = label_smoothed_nll(
+            model(batch.src, batch.tgt_in), batch.tgt_out, config.train.label_smoothing
+        )
+        loss, nll, tokens = loss + sums.loss.item(), nll + sums.nll.item(), tokens + sums.n_tokens
+    tokens = max(tokens, 1)
+    return {
+        "valid_loss": loss / tokens,
+        "valid_nll": nll / tokens,
+        "valid_ppl": math.exp(min(nll / tokens, 50)),
+    }
+
+
+def validation_bleu(model: Transformer, prepared, config: RunConfig) -> dict[str, float]:
+    """Greedy translations of a fixed validation subset: sacreBLEU and exact-match accuracy."""
+    pairs = prepared.valid_pairs[: config.train.bleu_sentences]
+    if not pairs:
+        return {}
+    decode = replace(config.decode, beam_size=1, nbest=1, sampling=False)
+    hypotheses = translate(model, prepared.tokenizers, [s for s, _ in pairs], decode).best
+    references = [t for _, t in pairs]
+    bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references, strict=True))
+    return {"valid_bleu": bleu, "valid_exact": exact / len(pairs)}
+
+
+def validate(model: Transformer, prepared, config: RunConfig) -> dict[str, float]:
+    """All validation metrics; leaves the model in eval mode."""
+    metrics = validation_loss(model, prepared, config)
+    if config.train.bleu_sentences:
+        metrics.update(validation_bleu(model, prepared, config))
+    return metrics
