@@ -1,6 +1,7 @@
 """Decoding speed: greedy and beam search, with and without the key/value cache.
 
     .venv/bin/python benchmarks/decode_speed.py [--sentences 64] [--steps 25] [--weights FILE]
+    python3 benchmarks/decode_speed.py --device cuda        # the GPU rows, on a GPU machine
 
 Builds a ``small``-preset model (random weights unless ``--weights`` gives a state dict), draws
 random source sentences of 10-30 tokens, decodes them through ``translate_ids`` (batched by
@@ -79,10 +80,13 @@ def measure(
 ) -> float:
     """Seconds to decode all sentences: the fastest of ``repeats`` runs, after a warm-up."""
     translate_ids(model, sentences[:2], config, use_cache=cache)
+    device = next(model.parameters()).device
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         results = translate_ids(model, sentences, config, use_cache=cache)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start)
         assert all(len(hyps[0].tokens) == config.max_len_b for hyps in results)
     return min(times)
@@ -102,18 +106,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="runs per setting; the fastest")
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0: default")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    model = HoldBackEos(build_model(args))
+    model = HoldBackEos(build_model(args)).to(args.device)
     sentences = random_sentences(args)
     params = sum(p.numel() for p in model.parameters())
     src_tokens = sum(len(s) for s in sentences)
     print(
         f"{args.preset} model, {params / 1e6:.1f}M parameters, vocab {args.vocab}, "
-        f"{torch.get_num_threads()} threads; {len(sentences)} sentences, {src_tokens} source "
-        f"tokens, {args.steps} + EOS output tokens each, batches of {args.batch_size}"
+        f"{args.device}, {torch.get_num_threads()} threads; {len(sentences)} sentences, "
+        f"{src_tokens} source tokens, {args.steps} + EOS output tokens each, batches of "
+        f"{args.batch_size}"
     )
     print(f"{'search':<8} {'cache':<6} {'seconds':>8} {'sent/s':>8} {'tok/s':>8} {'speed-up':>9}")
     out_tokens = len(sentences) * (args.steps + 1)

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 
 from transformer.cli import config_from_args
 from transformer.training.loop import train
@@ -24,3 +25,13 @@ def numbers_model(tmp_path_factory) -> Path:
     ]  # fmt: skip
     train(config_from_args(args), out, progress=False)
     return out
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` need CUDA: without it they are skipped, with the reason."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

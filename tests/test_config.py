@@ -5,8 +5,7 @@ import dataclasses
 import pytest
 
 from transformer.cli import config_from_args
-from transformer.config import RunConfig
-from transformer.config_files import load_config
+from transformer.config_files import build_config, load_config
 from transformer.errors import UserError
 
 
@@ -22,7 +21,7 @@ def test_yaml_and_overrides_fill_the_dataclasses(tmp_path):
     )
     assert cfg.model.d_model == 32 and cfg.model.dropout == 0.2  # tiny preset + override
     assert (cfg.data.corpus, cfg.data.src_lang, cfg.data.tgt_lang) == ("multi30k", "de", "en")
-    assert cfg.train.max_steps == 20 and cfg.train.bf16 is True
+    assert cfg.train.max_steps == 20 and cfg.runtime.precision == "bf16"  # --bf16: the old flag
     assert cfg.decode.beam_size == 2
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.train.max_steps = 5  # type: ignore[misc]
@@ -31,7 +30,7 @@ def test_yaml_and_overrides_fill_the_dataclasses(tmp_path):
 def test_config_round_trips_through_a_dict():
     cfg = config_from_args(["--preset", "tiny", "--corpus", "null", "--lr_factor", "2"])
     assert cfg.data.corpus is None and cfg.train.lr_factor == 2.0
-    assert RunConfig.from_dict(cfg.to_dict()) == cfg
+    assert build_config(cfg.to_dict()) == cfg
 
 
 @pytest.mark.parametrize(
@@ -44,7 +43,8 @@ def test_config_round_trips_through_a_dict():
             r"unknown option --train.max_stepz; did you mean --train.max_steps",
         ),
         (["--max_steps", "many"], "--train.max_steps must be int, got 'many'"),
-        (["--bf16", "maybe"], "--train.bf16 must be bool, got 'maybe'"),
+        (["--bf16", "maybe"], "--bf16 must be true or false, got 'maybe'"),
+        (["--runtime.compile", "maybe"], "--runtime.compile must be bool, got 'maybe'"),
         (["--d_model", "30"], "d_model"),
         (["--label_smoothing", "1.5"], "label_smoothing"),
         (["--nbest", "9"], "nbest"),

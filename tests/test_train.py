@@ -295,7 +295,7 @@ def test_accumulated_gradient_is_the_token_weighted_mean(tmp_path):
 
 
 def test_bf16_autocast_trains(tmp_path):
-    cfg = config("--max_steps", "6", "--bf16", "true", "--log_every", "3")
+    cfg = config("--max_steps", "6", "--precision", "bf16", "--log_every", "3")
     train(cfg, tmp_path / "run", progress=False)
     losses = [row["loss"] for row in read_metrics(tmp_path / "run") if "loss" in row]
     assert len(losses) == 2 and all(loss == loss and loss < 10 for loss in losses)

@@ -19,34 +19,23 @@ import argparse
 import difflib
 import logging
 import os
-import re
 import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from jsonargparse import ArgumentParser, set_parsing_settings
 
-from .config import SECTIONS, RunConfig
-from .config_files import builtin_configs, load_config
+from .config import SECTIONS, RunConfig, RuntimeConfig
+from .config_files import build_config, builtin_configs, load_config
 from .errors import Terminated, UserError
 from .files import describe_os_error
+from .options import parse
 
 set_parsing_settings(docstring_parse_attribute_docstrings=True)
-
-BOOL_KEYS = {
-    f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls) if f.type == "bool"
-}
-FLAT_KEYS = {f.name: f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls)}
-FLAT_KEYS["preset"] = "model.preset"
-# Spellings of earlier versions: old option -> new option.
-RENAMED = {"beam": "decode.beam_size", "pre_norm": "model.norm_first",
-           "src_vocab": "model.src_vocab_size", "tgt_vocab": "model.tgt_vocab_size"}  # fmt: skip
-# Spellings that meant something else on some commands: an error names the new option.
-MOVED = {"max_tokens": "decode.max_source_tokens"}
 
 
 @dataclass
@@ -91,7 +80,6 @@ def _train(ns: argparse.Namespace, given: dict[str, dict]) -> None:
 def run_config(ns: argparse.Namespace, given: dict[str, dict]) -> tuple[RunConfig, Path]:
     """The run's config (--config, or the saved one on --resume, with the options on top) and
     its model directory."""
-    from .training.prepare import saved_config
     from .training.rundir import RunDir
 
     data = given.get("data", {})
@@ -100,14 +88,19 @@ def run_config(ns: argparse.Namespace, given: dict[str, dict]) -> tuple[RunConfi
     if ns.resume and ns.config is None:
         if ns.out is None:
             raise UserError("--resume needs --out DIR (the run to continue)")
-        base = saved_config(RunDir(ns.out)).to_dict()
-        config = RunConfig.from_dict(_merged(base, given), f"{ns.out} with the options")
+        base = RunDir(ns.out).saved_config().to_dict()
+        config = build_config(_merged(base, given), f"{ns.out} with the options")
     else:
         config = load_config(ns.config, given)
     if ns.out is not None:
         return config, Path(ns.out)
     d = config.data
     return config, Path("runs") / f"{d.corpus or 'custom'}-{d.src_lang}-{d.tgt_lang}"
+
+
+def _runtime(given: dict[str, dict]) -> RuntimeConfig:
+    """The runtime options given on the command line (not those a checkpoint was trained with)."""
+    return RuntimeConfig(**given.get("runtime", {}))
 
 
 def _merged(values: dict, given: dict) -> dict:
@@ -123,7 +116,7 @@ def _demo_options(p: ArgumentParser) -> None:
 def _demo(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from .demo import run_demo
 
-    run_demo(Path(ns.out), progress=not ns.quiet)
+    run_demo(Path(ns.out), progress=not ns.quiet, overrides={"runtime": given.get("runtime", {})})
 
 
 def _model_options(p: ArgumentParser) -> None:
@@ -142,7 +135,8 @@ def _translate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from .jobs import check_outputs, load_translator, translate_file
 
     check_outputs(ns.output, input=ns.input)
-    translator = load_translator(ns.model_dir, ns.checkpoint, **given.get("decode", {}))
+    translator = load_translator(ns.model_dir, ns.checkpoint, _runtime(given),
+                                 **given.get("decode", {}))  # fmt: skip
 
     def warn(message: str) -> None:
         print(f"transformer translate: warning: {message}", file=sys.stderr)
@@ -162,7 +156,8 @@ def _evaluate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from .jobs import check_outputs, evaluate, load_translator
 
     check_outputs(ns.output, src=ns.src, ref=ns.ref)
-    translator = load_translator(ns.model_dir, ns.checkpoint, **given.get("decode", {}))
+    translator = load_translator(ns.model_dir, ns.checkpoint, _runtime(given),
+                                 **given.get("decode", {}))  # fmt: skip
     found = evaluate(translator, ns.src, ns.ref, ns.output, ns.lowercase, Path(ns.model_dir))
     if found.truncated:
         print(f"warning: {found.truncated} source lines were truncated", file=sys.stderr)
@@ -206,7 +201,8 @@ def _attention_options(p: ArgumentParser) -> None:
 def _attention(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from .jobs import attention_job, load_translator
 
-    translator = load_translator(ns.model_dir, ns.checkpoint, **given.get("decode", {}))
+    translator = load_translator(ns.model_dir, ns.checkpoint, _runtime(given),
+                                 **given.get("decode", {}))  # fmt: skip
     lines = attention_job(translator, ns.sentence, Path(ns.out), ns.layer, ns.head, ns.html)
     print("\n".join(lines))
 
@@ -217,20 +213,22 @@ COMMANDS = {
                      "Trains from a YAML config (--config), files (--data.src, --data.tgt) or a "
                      "named corpus (--data.corpus). Precedence: defaults < preset < --config < "
                      "options; on --resume the saved config replaces --config."),
-    "demo": Command("train the built-in number-words model and translate its test set", (),
+    "demo": Command("train the built-in number-words model and translate its test set",
+                    ("runtime",),
                     _demo_options, _demo),
-    "translate": Command("translate sentences (stdin, a file, or interactively)", ("decode",),
+    "translate": Command("translate sentences (stdin, a file, or interactively)",
+                         ("decode", "runtime"),
                          _translate_options, _translate,
                          "One sentence per line. Empty lines stay empty; a line longer than the "
                          "model accepts is truncated with a warning on stderr. Search options "
                          "default to the model's decode config."),
-    "evaluate": Command("translate a test set and score it with sacreBLEU", ("decode",),
+    "evaluate": Command("translate a test set and score it with sacreBLEU", ("decode", "runtime"),
                         _evaluate_options, _evaluate),
     "average": Command("average the last N checkpoints into one", (), _average_options, _average),
     "explain": Command("the lecture notes' worked examples, step by step", (), _explain_options,
                        _explain),
     "attention": Command("heatmaps of every attention layer and head for one sentence",
-                         ("decode",), _attention_options, _attention,
+                         ("decode", "runtime"), _attention_options, _attention,
                          "Translates SENTENCE and draws the encoder self-attention, decoder masked "
                          "self-attention and encoder-decoder attention of every layer and head "
                          "(rows: queries, columns: keys), head-averaged alignments and "
@@ -248,67 +246,6 @@ def build_parser(name: str) -> ArgumentParser:
     for section in command.sections:
         parser.add_class_arguments(SECTIONS[section], section, sub_configs=False, instantiate=False)
     return parser
-
-
-def normalize(name: str, argv: list[str]) -> list[str]:
-    """Old and short spellings of options, in the one scheme the parser knows."""
-    sections = COMMANDS[name].sections
-    out: list[str] = []
-    for i, arg in enumerate(argv):
-        if not arg.startswith("--") or arg == "--":
-            out.append(arg)
-            continue
-        key, eq, value = arg[2:].partition("=")
-        key = key.replace("-", "_")
-        if key in MOVED and "train" not in sections:
-            raise UserError(f"{arg.split('=')[0]} is now --{MOVED[key]}")
-        key = RENAMED.get(key, key)
-        key = FLAT_KEYS.get(key, key) if "." not in key else key
-        if key.partition(".")[0] not in sections and key != "model.preset":
-            out.append(arg)  # a command option (--out, --no-color, ...), or a mistake
-            continue
-        alone = not eq and (i + 1 == len(argv) or argv[i + 1].startswith("--"))
-        out.append(f"--{key}={value}" if eq else f"--{key}")
-        if key in BOOL_KEYS and alone:
-            out[-1] += "=true"
-    return out
-
-
-def parse(name: str, argv: list[str]) -> tuple[argparse.Namespace, dict[str, dict]]:
-    """(the command's own options, {section: {key: value}} of the config keys given)."""
-    parser = build_parser(name)
-    args = normalize(name, argv)
-    try:
-        given = parser.parse_args(args, defaults=False).as_dict()
-        everything = parser.parse_args(args).as_dict()
-    except argparse.ArgumentError as error:
-        raise UserError(_one_line(str(error), parser)) from None
-    config = {section: given[section] for section in SECTIONS if section in given}
-    own = {key: value for key, value in everything.items() if key not in SECTIONS}
-    return argparse.Namespace(**own), config
-
-
-def _one_line(message: str, parser: ArgumentParser) -> str:
-    """An argparse / jsonargparse message on one line, with a suggestion for a misspelling."""
-    text = " ".join(message.split())
-    wrong_type = re.match(
-        r'Parser key "(.+?)": Expected a <class \'(\w+)\'>\. Got value: (.*)', text
-    )
-    if wrong_type:
-        key, expected, value = wrong_type.groups()
-        finite = expected == "float" and value.strip().lower().lstrip("+-") in ("nan", "inf")
-        text = f"--{key} must be {'a finite number' if finite else expected}, got {value!r}"
-    if text.startswith("unrecognized arguments:"):
-        unknown = text.split(":", 1)[1].split()[0]
-        known = re.findall(r"--[\w.-]+", parser.format_help())
-        by_name = {option.rpartition(".")[2].lstrip("-"): option for option in known}
-        name = unknown.split("=")[0].lstrip("-").replace("-", "_")
-        close = difflib.get_close_matches(name, by_name, n=1) or difflib.get_close_matches(
-            unknown.split("=")[0], known, n=1
-        )
-        suggestion = by_name.get(close[0], close[0]) if close else None
-        text = f"unknown option {unknown}" + (f"; did you mean {suggestion}?" if close else "")
-    return f"{text} (see --help)"
 
 
 def _usage() -> str:
@@ -334,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "-h" in rest or "--help" in rest:
                 build_parser(name).print_help()
                 return 0
-            ns, given = parse(name, rest)
+            ns, given = parse(build_parser(name), rest, COMMANDS[name].sections)
             COMMANDS[name].run(ns, given)
         except BrokenPipeError:  # the reader went away (`... | head -1`): stop quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -356,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def config_from_args(argv: list[str]) -> RunConfig:
     """The RunConfig that ``transformer train ARGV`` would train (for Python callers, tests)."""
-    ns, given = parse("train", argv)
+    ns, given = parse(build_parser("train"), argv, COMMANDS["train"].sections)
     return run_config(ns, given)[0]
 
 

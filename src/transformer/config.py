@@ -6,8 +6,8 @@ Frozen dataclasses, one per concern. YAML files and ``--key value`` overrides on
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import asdict, dataclass, fields, replace
+import re
+from dataclasses import asdict, dataclass, replace
 
 from .config_checks import check_finite, check_positive, check_probability, check_types
 from .errors import BadValue
@@ -203,8 +203,9 @@ class TrainConfig:
     """If > 0: the factor is chosen so that the lr peaks at this value."""
     warmup_steps: int = 4000
     """Steps of linear learning-rate warmup (§5.3)."""
-    cooldown_steps: int = 0
-    """Steps at the end of max_steps over which the rate falls linearly to 0; 0: none."""
+    cooldown: float = 0.0
+    """Last share of the run (of max_steps, or max_minutes if that ends first) over which the
+    rate falls linearly to 0; 0: none (the paper)."""
     adam_beta1: float = 0.9
     """Adam β1 (§5.3)."""
     adam_beta2: float = 0.98
@@ -214,13 +215,11 @@ class TrainConfig:
     weight_decay: float = 0.0
     """AdamW decay of the weight matrices (never biases, norms, embeddings); 0 as in the paper."""
     label_smoothing: float = 0.1
-    """Ε_ls; 0 is plain cross-entropy against one-hot targets."""
+    """ε_ls (§5.4); 0 is plain cross-entropy against one-hot targets."""
     clip_norm: float = 1.0
     """Max gradient norm; 0: no clipping."""
     accumulate: int = 1
     """Batches per optimiser update."""
-    bf16: bool = False
-    """Bfloat16 autocast for the forward pass."""
     seed: int = 1
     """Seed of initialisation, dropout and data order."""
     log_every: int = 50
@@ -235,8 +234,6 @@ class TrainConfig:
     """Steps between checkpoints (and at the end)."""
     keep_checkpoints: int = 5
     """Step checkpoints kept for `transformer average`."""
-    threads: int = 0
-    """Torch intra-op threads; 0: torch's default."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -245,9 +242,8 @@ class TrainConfig:
             self, "max_tokens", "max_steps", "warmup_steps", "accumulate", "log_every",
             "validate_every", "save_every", "keep_checkpoints",
         )  # fmt: skip
-        check_probability(self, "label_smoothing")
-        for name in ("peak_lr", "max_minutes", "weight_decay", "clip_norm", "max_epochs",
-                     "cooldown_steps"):  # fmt: skip
+        check_probability(self, "label_smoothing", "cooldown")
+        for name in ("peak_lr", "max_minutes", "weight_decay", "clip_norm", "max_epochs"):
             if getattr(self, name) < 0:
                 raise BadValue(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         for name in ("lr_factor", "adam_eps"):
@@ -301,7 +297,39 @@ class DecodeConfig:
                 raise BadValue(f"DecodeConfig.{name} must be >= 0, got {getattr(self, name)!r}")
 
 
-SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig}
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Where and how the computation runs (device.py). Not part of the model: a run may change
+    it when resumed, and translate / evaluate take it from the command line, not the checkpoint."""
+
+    device: str = "auto"
+    """auto (CUDA when there is a GPU, else the CPU), cpu, cuda or cuda:N."""
+    precision: str = "fp32"
+    """fp32, bf16 (autocast) or fp16 (autocast and a GradScaler)."""
+    compile: bool = False
+    """torch.compile the model for training."""
+    threads: int = 0
+    """Torch intra-op threads on the CPU; 0: torch's default."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        if self.precision not in PRECISIONS:
+            raise BadValue(
+                f"RuntimeConfig.precision must be one of {PRECISIONS}, got {self.precision!r}"
+            )
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            raise BadValue(
+                f"RuntimeConfig.device must be auto, cpu, cuda or cuda:N, got {self.device!r}"
+            )
+        if self.threads < 0:
+            raise BadValue(f"RuntimeConfig.threads must be >= 0, got {self.threads!r}")
+
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig,
+            "runtime": RuntimeConfig}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -312,51 +340,7 @@ class RunConfig:
     data: DataConfig = DataConfig()
     train: TrainConfig = TrainConfig()
     decode: DecodeConfig = DecodeConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
 
     def to_dict(self) -> dict[str, dict[str, object]]:
         return {name: asdict(getattr(self, name)) for name in SECTIONS}
-
-    @classmethod
-    def from_dict(cls, values: dict, origin: str = "config") -> RunConfig:
-        """Builds a RunConfig from {section: {key: value}}; unknown keys are errors."""
-        return build_config(values, origin)
-
-
-DEFAULT_PRESET = "base"
-
-
-def _section_values(values: dict, origin: str) -> dict[str, dict[str, object]]:
-    """{section: {key: value}} checked against the dataclasses' fields (``model.preset`` too)."""
-    sections: dict[str, dict[str, object]] = {name: {} for name in SECTIONS}
-    for section, body in (values or {}).items():
-        if section not in SECTIONS:
-            raise BadValue(f"{origin}: unknown config section {section!r}; use {list(SECTIONS)}")
-        if not isinstance(body, dict):
-            raise BadValue(f"{origin}: section {section!r} must be a mapping of key: value")
-        names = {f.name for f in fields(SECTIONS[section])} | (
-            {"preset"} if section == "model" else set()
-        )
-        for key, value in body.items():
-            if key not in names:
-                close = difflib.get_close_matches(str(key), names, n=1)
-                hint = f"; did you mean {section}.{close[0]}?" if close else ""
-                raise BadValue(f"{origin}: unknown config key {section}.{key}{hint}")
-            sections[section][key] = value
-    return sections
-
-
-def build_config(values: dict, origin: str = "config") -> RunConfig:
-    """A RunConfig from {section: {key: value}}; ``model.preset`` (default ``base``) picks the
-    ModelConfig the model keys change. Unknown sections and keys are errors that name them."""
-    sections = _section_values(values, origin)
-    preset = sections["model"].pop("preset", DEFAULT_PRESET)
-    try:
-        built = {
-            name: replace(
-                ModelConfig.preset(str(preset)) if name == "model" else cls(), **sections[name]
-            )
-            for name, cls in SECTIONS.items()
-        }
-    except BadValue as error:
-        raise BadValue(f"{origin}: {error}") from None
-    return RunConfig(**built)

@@ -1,17 +1,79 @@
 """Where a RunConfig comes from: YAML files, the configs shipped with the package, overrides.
 
 Precedence, lowest first: the dataclass defaults, the ``model.preset``, the YAML file, the
-overrides (the command line's ``--section.key value``). ``config.build_config`` checks the result.
+overrides (the command line's ``--section.key value``), saved JSON; ``build_config`` checks the
+result and moves the keys of earlier versions (``LEGACY_KEYS``) to where they are now.
 """
 
 from __future__ import annotations
 
+import difflib
+from dataclasses import fields, replace
 from pathlib import Path
 
 import yaml
 
-from .config import SECTIONS, RunConfig, build_config
-from .errors import UserError
+from .config import SECTIONS, ModelConfig, RunConfig
+from .errors import BadValue, UserError
+
+DEFAULT_PRESET = "base"
+
+
+# Keys of earlier versions, found in saved configs: (section, key) -> (section, key, new value).
+LEGACY_KEYS = {
+    ("train", "bf16"): lambda v: ("runtime", "precision", "bf16" if v is True else "fp32"),
+    ("train", "threads"): lambda v: ("runtime", "threads", v),
+}
+
+
+def _upgraded(values: dict) -> dict:
+    """``values`` with the keys of earlier versions moved to where they are now."""
+    out = {
+        section: dict(body) if isinstance(body, dict) else body for section, body in values.items()
+    }
+    for (section, key), move in LEGACY_KEYS.items():
+        body = out.get(section)
+        if isinstance(body, dict) and key in body:
+            new_section, new_key, value = move(body.pop(key))
+            out.setdefault(new_section, {}).setdefault(new_key, value)
+    return out
+
+
+def _section_values(values: dict, origin: str) -> dict[str, dict[str, object]]:
+    """{section: {key: value}} checked against the dataclasses' fields (``model.preset`` too)."""
+    sections: dict[str, dict[str, object]] = {name: {} for name in SECTIONS}
+    for section, body in _upgraded(values or {}).items():
+        if section not in SECTIONS:
+            raise BadValue(f"{origin}: unknown config section {section!r}; use {list(SECTIONS)}")
+        if not isinstance(body, dict):
+            raise BadValue(f"{origin}: section {section!r} must be a mapping of key: value")
+        names = {f.name for f in fields(SECTIONS[section])} | (
+            {"preset"} if section == "model" else set()
+        )
+        for key, value in body.items():
+            if key not in names:
+                close = difflib.get_close_matches(str(key), names, n=1)
+                hint = f"; did you mean {section}.{close[0]}?" if close else ""
+                raise BadValue(f"{origin}: unknown config key {section}.{key}{hint}")
+            sections[section][key] = value
+    return sections
+
+
+def build_config(values: dict, origin: str = "config") -> RunConfig:
+    """A RunConfig from {section: {key: value}}; ``model.preset`` (default ``base``) picks the
+    ModelConfig the model keys change. Unknown sections and keys are errors that name them."""
+    sections = _section_values(values, origin)
+    preset = sections["model"].pop("preset", DEFAULT_PRESET)
+    try:
+        built = {
+            name: replace(
+                ModelConfig.preset(str(preset)) if name == "model" else cls(), **sections[name]
+            )
+            for name, cls in SECTIONS.items()
+        }
+    except BadValue as error:
+        raise BadValue(f"{origin}: {error}") from None
+    return RunConfig(**built)
 
 
 def merge(values: dict, overrides: dict) -> dict:

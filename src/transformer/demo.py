@@ -16,13 +16,12 @@ from pathlib import Path
 from .config_files import load_config
 from .data.corpora import load_splits
 from .data.numbers import number_pairs
-from .data.tokenizer import Tokenizers
+from .device import resolve_device
 from .errors import UserError
 from .inference.evaluate import ExactMatch, exact_match
 from .inference.translator import translate
-from .training.checkpoint import load_checkpoint
+from .jobs import load_translator
 from .training.loop import train
-from .training.prepare import saved_config
 from .training.rundir import RunDir
 
 DEMO_CONFIG = "numbers"  # the built-in config configs/numbers.yaml
@@ -55,19 +54,21 @@ def run_demo(
     _check_replaceable(RunDir(out_dir))
     d, minutes = config.data, config.train.max_minutes
     print(f"Training the built-in task ({d.src_lang} -> {d.tgt_lang} number words) into {out_dir},")
-    print(f"from scratch, for at most {minutes:g} minutes on this CPU.")
+    device = resolve_device(config.runtime.device)
+    print(f"from scratch, for at most {minutes:g} minutes on this machine ({device.type}).")
     result = train(config, out_dir, overwrite=True, progress=progress)
 
-    loaded = load_checkpoint(out_dir)
-    tokenizers = Tokenizers.load(out_dir)
-    splits = load_splits(loaded.config.data)
+    best = load_translator(out_dir, "best", config.runtime)
+    model, tokenizers, decode = best.model, best.tokenizers, best.decode
+    splits = load_splits(best.config.data)
     sources, references = [s for s, _ in splits.test], [t for _, t in splits.test]
-    hypotheses = translate(loaded.model, tokenizers, sources, loaded.config.decode).best
+    words = _typed_first(best.config.data)
+    with best.precision():
+        hypotheses = translate(model, tokenizers, sources, decode).best
+        typed = translate(model, tokenizers, [s for s, _ in words], decode).best
     rows = exact_match(hypotheses, references, splits.test_groups)
 
-    print(f"\nFirst things people type (checkpoint {loaded.path.name}):")
-    words = [(src, tgt) for src, tgt in _typed_first(loaded.config.data)]
-    typed = translate(loaded.model, tokenizers, [s for s, _ in words], loaded.config.decode).best
+    print(f"\nFirst things people type (checkpoint {best.path.name}):")
     for (src, ref), hyp in zip(words, typed, strict=True):
         print(f"  {src}\n    -> {hyp}" + ("" if hyp == ref else f"   (reference: {ref})"))
     total = time.perf_counter() - start
@@ -84,7 +85,7 @@ def _check_replaceable(run: RunDir) -> None:
     if not run.has_run():
         return
     try:
-        corpus = saved_config(run).data.corpus
+        corpus = run.saved_config().data.corpus
     except UserError:
         corpus = None
     if corpus != "numbers":

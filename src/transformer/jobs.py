@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
-from .config import DecodeConfig, RunConfig
+from .config import DecodeConfig, RunConfig, RuntimeConfig
 from .data.corpora import load_splits
 from .data.readers import read_lines, read_parallel
 from .data.tokenizer import Tokenizers
+from .device import autocast, prepare_runtime
 from .errors import UserError
 from .files import atomic_write, check_not_an_input
 from .inference.evaluate import ExactMatch, Score, exact_match, score_translations
@@ -30,26 +32,36 @@ from .training.checkpoint import load_checkpoint, model_dir_of
 
 @dataclass
 class Translator:
-    """A model ready to translate: weights, tokenizers, and the search to use."""
+    """A model ready to translate: weights (on their device), tokenizers, the search to use."""
 
     model: Transformer
     tokenizers: Tokenizers
     decode: DecodeConfig
     config: RunConfig  # saved with the checkpoint
     path: Path  # the checkpoint folder
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    def precision(self) -> AbstractContextManager:
+        """The runtime's precision (autocast) around a search."""
+        return autocast(next(self.model.parameters()).device, self.runtime.precision)
 
 
 def load_translator(
-    model_dir: str | Path, checkpoint: str = "best", **search: object
+    model_dir: str | Path,
+    checkpoint: str = "best",
+    runtime: RuntimeConfig = RuntimeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
+    **search: object,
 ) -> Translator:
-    """A model directory (or checkpoint folder) with ``search`` options (DecodeConfig fields)
-    applied on top of its saved decode config; an ``nbest`` larger than the beam widens it."""
-    loaded = load_checkpoint(Path(model_dir), checkpoint)
+    """A model directory (or checkpoint folder) on the runtime's device (not the one it was
+    trained on), with ``search`` options (DecodeConfig fields) on top of its saved decode
+    config; an ``nbest`` larger than the beam widens it."""
+    device = prepare_runtime(runtime)
+    loaded = load_checkpoint(Path(model_dir), checkpoint, device)
     if search.get("nbest", 1) > loaded.config.decode.beam_size and "beam_size" not in search:
         search["beam_size"] = search["nbest"]
     decode = replace(loaded.config.decode, **search)
     tokenizers = Tokenizers.load(model_dir_of(loaded.path))
-    return Translator(loaded.model, tokenizers, decode, loaded.config, loaded.path)
+    return Translator(loaded.model, tokenizers, decode, loaded.config, loaded.path, runtime)
 
 
 def translate_file(
@@ -74,8 +86,9 @@ def translate_file(
     t = translator
     if output is None:
         write = _printer(stdout, interactive)
-        return translate_lines(t.model, t.tokenizers, lines, t.decode, write, warn, chunk)
-    with atomic_write(output) as out:  # the file appears, complete, only at the end
+        with t.precision():
+            return translate_lines(t.model, t.tokenizers, lines, t.decode, write, warn, chunk)
+    with atomic_write(output) as out, t.precision():  # the file appears complete, at the end
         write = _printer(out, False)
         return translate_lines(t.model, t.tokenizers, lines, t.decode, write, warn, chunk)
 
@@ -160,7 +173,8 @@ def evaluate(
             raise UserError("the run's corpus has no test split; pass --src and --ref")
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     t = translator
-    result = translate(t.model, t.tokenizers, sources, t.decode)
+    with t.precision():
+        result = translate(t.model, t.tokenizers, sources, t.decode)
     hypotheses = Path(output) if output else default_dir / f"{name}.hyp"
     with atomic_write(hypotheses) as f:
         f.write("".join(h + "\n" for h in result.best))
@@ -181,7 +195,8 @@ def attention_job(
     (or one layer / head) and the positional-encoding plots into ``out``, and optionally the
     HTML report. Returns the lines to show."""
     model = translator.model
-    seen = inspect_sentence(model, translator.tokenizers, sentence, translator.decode)
+    with translator.precision():
+        seen = inspect_sentence(model, translator.tokenizers, sentence, translator.decode)
     files = write_attention_figures(seen.maps, seen.src_labels, seen.tgt_labels, out, layer, head)
     files += save_positional_plots(model.config.d_model, min(model.config.max_positions, 100), out)
     lines = [f"source:      {seen.source}", f"translation: {seen.translation}",

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..device import to_device
 from ..errors import UserError
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -52,6 +53,12 @@ class Batch:
     def n_tokens(self) -> int:
         """Target tokens the loss is computed on (padding excluded)."""
         return int((self.tgt_out != PAD_ID).sum())
+
+    def to(self, device: torch.device) -> Batch:
+        """The batch on ``device`` (pinned, non-blocking copies to a GPU)."""
+        if device.type == "cpu":
+            return self
+        return Batch(*(to_device(t, device) for t in (self.src, self.tgt_in, self.tgt_out)))
 
     @property
     def n_padded(self) -> int:

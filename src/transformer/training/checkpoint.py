@@ -29,6 +29,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load, save
 
 from ..config import RunConfig
+from ..config_files import build_config
 from ..errors import UserError
 from ..files import describe_os_error, fsync_dir, remove_tree, write_json_atomic
 from ..model.transformer import Transformer
@@ -50,8 +51,9 @@ def model_state(model: Transformer) -> dict[str, torch.Tensor]:
 def _serialize(model: Transformer, config: RunConfig, trainer: dict | None) -> dict[str, bytes]:
     """The checkpoint's files as bytes, so that writing them is plain file I/O whose errors
     (a full disk above all) are OSErrors that say what happened."""
+    weights = {name: tensor.cpu() for name, tensor in model_state(model).items()}  # any device
     files = {
-        WEIGHTS: save(model_state(model), metadata={"format": "pt"}),
+        WEIGHTS: save(weights, metadata={"format": "pt"}),
         CONFIG: json.dumps(config.to_dict(), indent=2).encode(),
     }
     if trainer is not None:
@@ -197,16 +199,20 @@ def read_config(folder: Path) -> RunConfig:
         values = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise UserError(f"cannot read {path}: {error}") from None
-    return RunConfig.from_dict(values, str(path))
+    return build_config(values, str(path))
 
 
-def load_checkpoint(path: Path, which: str = "best") -> Loaded:
-    """Loads a model (in eval mode) from a model directory or a checkpoint folder."""
+def load_checkpoint(path: Path, which: str = "best", device: torch.device | str = "cpu") -> Loaded:
+    """Loads a model (in eval mode) from a model directory or a checkpoint folder.
+
+    The weights are read on the CPU and then moved to ``device`` (a map_location), so a
+    checkpoint written on any device loads on any other.
+    """
     folder = resolve_checkpoint(Path(path), which)
     config = read_config(folder)
     model = Transformer(config.model)
     load_weights(model, folder / WEIGHTS)
-    return Loaded(model.eval(), config, folder)
+    return Loaded(model.to(device).eval(), config, folder)
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -245,7 +251,7 @@ def load_trainer_state(folder: Path) -> dict:
     if not path.exists():
         raise UserError(f"{folder} has no trainer state ({TRAINER}); it cannot be resumed")
     try:
-        return torch.load(path, weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except OSError as error:
         raise UserError(describe_os_error(error, f"reading {path}")) from None
     except Exception as error:  # torch raises EOFError, RuntimeError, UnpicklingError, ...

@@ -12,7 +12,6 @@ SIGKILL) and resumed ends with the same weights, bit for bit on CPU, as an unint
 from __future__ import annotations
 
 import logging
-import math
 import random
 import shlex
 import shutil
@@ -21,9 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import Tensor
 from tqdm import tqdm
 
 from ..config import RunConfig, TrainConfig
+from ..device import autocast, grad_scaler, prepare_runtime, resolve_device
 from ..errors import Interrupted, UserError
 from ..model.transformer import Transformer
 from .checkpoint import (
@@ -42,7 +43,13 @@ from .metrics import MetricsLog
 from .optimizer import clip_gradients, make_optimizer
 from .prepare import Prepared, prepare, save
 from .rundir import RunDir
-from .schedule import cooldown, inverse_sqrt_lr, schedule_factor, set_learning_rate
+from .schedule import (
+    cooldown,
+    inverse_sqrt_lr,
+    run_progress,
+    schedule_factor,
+    set_learning_rate,
+)
 from .signals import StopRequests
 from .state import Meter, Position, TrainerState, batch_stream, selection_score
 from .validate import validate
@@ -79,12 +86,11 @@ def train(
         overwrite: start afresh even if ``out_dir`` already holds a run (otherwise an error).
         progress: show a tqdm progress bar.
     """
-    if config.train.threads:
-        torch.set_num_threads(config.train.threads)
+    resolve_device(config.runtime.device)  # no CUDA where CUDA is asked for: say so, write nothing
     run = RunDir(out_dir)
     with run.locked():
         run.recover()
-        _check_start(run, resume, overwrite)
+        run.check_start(resume, overwrite)
         data = prepare(config, run, resume)
         saved = _resume_point(run) if resume else None
         target = run.staging() if run.has_run() and not resume else run
@@ -95,23 +101,6 @@ def train(
         finally:
             if target is not run:  # stopped before its first checkpoint: the old run stays
                 shutil.rmtree(target.root, ignore_errors=True)
-
-
-def _check_start(run: RunDir, resume: bool, overwrite: bool) -> None:
-    """Refuses a start that could lose a run, with the way out in the message."""
-    if resume and overwrite:
-        raise UserError("--resume and --overwrite contradict each other; choose one")
-    if resume or overwrite or not run.has_run():
-        return
-    if run.has_checkpoint():
-        raise UserError(
-            f"{run.root} already holds a training run; use --resume to continue it, "
-            "--overwrite to replace it, or choose another --out"
-        )
-    raise UserError(
-        f"{run.root} holds a run that stopped before its first checkpoint; --resume starts it "
-        "again from step 0 with its saved config, --overwrite replaces it"
-    )
 
 
 def _resume_point(run: RunDir) -> tuple[Path, dict] | None:
@@ -147,26 +136,33 @@ def _train(
 ) -> TrainResult:
     """The loop itself, writing into ``target`` (``run`` itself, or its staging folder until the
     first checkpoint is saved)."""
-    config, t = data.config, data.config.train
-    log_file = MetricsLog(target.metrics, target.tensorboard, resume=resume)
+    config, t, runtime = data.config, data.config.train, data.config.runtime
+    # The hardware, chosen once (device.py): device, precision, scaler, compile.
+    device = prepare_runtime(runtime)
+    scaler = grad_scaler(device, runtime.precision)
     torch.manual_seed(t.seed)
     random.seed(t.seed)
-    model = Transformer(config.model)
+    model = Transformer(config.model).to(device)
+    forward = torch.compile(model, dynamic=True) if runtime.compile else model
     optimizer = make_optimizer(model, t)
+    log_file = MetricsLog(target.metrics, target.tensorboard, resume=resume)
     state = TrainerState()
     if saved is not None:
         folder, trainer = saved
         load_weights(model, folder / WEIGHTS)
-        state = TrainerState.restore(trainer, optimizer)
+        state = TrainerState.restore(trainer, optimizer, scaler)
         log_file.write(event="resume", step=state.step, checkpoint=folder.name)
     else:
         parameters = sum(p.numel() for p in model.parameters())
-        log_file.write(event="start", **data.stats, parameters=parameters)
+        log_file.write(event="start", **data.stats, parameters=parameters, device=str(device))
+    watch = Divergence(device, check_grad_norm=not scaler.is_enabled())
 
     def checkpoint(is_best: bool) -> Path:
         nonlocal target
+        watch.check(target.checkpoints)  # never save weights that a NaN has reached
         name = f"step_{state.step:08d}"
-        save_checkpoint(target.checkpoints, name, model, config, state.to_dict(optimizer))
+        trainer = state.to_dict(optimizer, scaler)
+        save_checkpoint(target.checkpoints, name, model, config, trainer)
         update_index(target.checkpoints, last=name, **({"best": name} if is_best else {}))
         if target is not run:  # the new run has a checkpoint: now it may replace the old one
             run.adopt(target)
@@ -179,46 +175,52 @@ def _train(
     limit = f"train, at most {t.max_minutes:g} min" if t.max_minutes else "train"
     bar = tqdm(total=t.max_steps, initial=state.step, disable=not progress, unit="step",
                desc=limit, dynamic_ncols=True)  # fmt: skip
-    meter = Meter()
+    meter = Meter(device)
     started = time.perf_counter() - state.elapsed
     model.train()
     with StopRequests() as stop:
         while not _finished(state.step, state.position, t, time.perf_counter() - started):
             state.step += 1
             lr = inverse_sqrt_lr(state.step, config.model.d_model, t.warmup_steps, factor)
-            lr *= cooldown(state.step, t.max_steps, t.cooldown_steps)
+            seconds = time.perf_counter() - started
+            lr *= cooldown(
+                run_progress(state.step, seconds, t.max_steps, t.max_minutes), t.cooldown
+            )
             set_learning_rate(optimizer, lr)
             batches = []
             for _ in range(t.accumulate):
                 state.position, batch = next(stream)
                 batches.append(batch)
-            n_tokens = sum(b.n_tokens for b in batches)
+            n_tokens = sum(b.n_tokens for b in batches)  # counted on the CPU: no device sync
             optimizer.zero_grad(set_to_none=True)
             for batch in batches:
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=t.bf16):
-                    logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-                sums = label_smoothed_nll(logits, batch.tgt_out, t.label_smoothing)
-                if not torch.isfinite(sums.loss):
-                    _diverged(state.step, f"loss is {sums.loss.item()}", target.checkpoints)
-                (sums.loss / n_tokens).backward()
+                batch = batch.to(device)
+                with autocast(device, runtime.precision):
+                    logits = forward(batch.src, batch.tgt_in)  # (B, T, V)
+                    sums = label_smoothed_nll(logits, batch.tgt_out, t.label_smoothing)
+                watch.loss(state.step, sums.loss)
+                scaler.scale(sums.loss / n_tokens).backward()
                 meter.add(sums, batch.n_padded)
-            grad_norm = clip_gradients(model, t.clip_norm)
-            if not math.isfinite(grad_norm):
-                _diverged(state.step, f"gradient norm is {grad_norm}", target.checkpoints)
-            optimizer.step()
+            scaler.unscale_(optimizer)
+            grad_norm = clip_gradients(model, t.clip_norm)  # a tensor: read at log steps only
+            watch.grad_norm(state.step, grad_norm)
+            scaler.step(optimizer)
+            scaler.update()
             bar.update(1)
 
             if state.step % t.log_every == 0:
+                watch.check(target.checkpoints)
                 row = {"step": state.step, "epoch": state.position.epoch, **meter.summary(),
-                       "lr": lr, "grad_norm": grad_norm}  # fmt: skip
+                       "lr": lr, "grad_norm": float(grad_norm)}  # fmt: skip
                 log_file.write(**row)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{row['ppl']:.2f}",
                                 lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_s']:.0f}")  # fmt: skip
-                meter = Meter()
+                meter = Meter(device)
 
             done = _finished(state.step, state.position, t, time.perf_counter() - started)
             improved = False
             if state.step % t.validate_every == 0 or done:
+                watch.check(target.checkpoints)
                 validated = validate(model, data, config)
                 score = selection_score(validated, t.best_metric)
                 improved = score >= state.best_score  # ties: the later checkpoint
@@ -245,6 +247,39 @@ def _train(
                    best_valid_nll=state.best_valid_nll)  # fmt: skip
     log_file.close()
     return TrainResult(run.root, state.step, state.best_valid_nll, state.elapsed)
+
+
+class Divergence:
+    """Watches for a non-finite loss or gradient norm without stopping the device every step:
+    the first bad step is kept on the device and read at log, validation and save points, so a
+    NaN never reaches a saved checkpoint. (With fp16 the GradScaler skips steps with infinite
+    gradients itself, so only the loss is watched.)"""
+
+    def __init__(self, device: torch.device, check_grad_norm: bool) -> None:
+        self.check_grad_norm = check_grad_norm
+        self.first = torch.zeros((), dtype=torch.long, device=device)  # 0: none yet
+        self.what = torch.zeros((), dtype=torch.long, device=device)  # 1: loss, 2: grad norm
+        self.value = torch.zeros((), device=device)
+
+    def _see(self, step: int, value: Tensor, kind: int) -> None:
+        new = (self.first == 0) & ~torch.isfinite(value)
+        self.first = torch.where(new, step, self.first)
+        self.what = torch.where(new, kind, self.what)
+        self.value = torch.where(new, value.detach().float(), self.value)
+
+    def loss(self, step: int, value: Tensor) -> None:
+        self._see(step, value, 1)
+
+    def grad_norm(self, step: int, value: Tensor) -> None:
+        if self.check_grad_norm:
+            self._see(step, value, 2)
+
+    def check(self, checkpoints: Path) -> None:
+        """Stops training (UserError) if a step went bad, naming it and the last good checkpoint."""
+        step = int(self.first)
+        if step:
+            what = "loss" if int(self.what) == 1 else "gradient norm"
+            _diverged(step, f"{what} is {float(self.value)}", checkpoints)
 
 
 def _finished(step: int, position: Position, t: TrainConfig, seconds: float) -> bool:

@@ -29,7 +29,7 @@ class LossSums:
 
     loss: Tensor  # label-smoothed loss (what is minimised), scalar
     nll: Tensor  # plain negative log-likelihood (for perplexity), scalar
-    n_tokens: int
+    n_tokens: Tensor  # real target tokens, scalar (a tensor: counting does not stop a GPU)
 
 
 def label_smoothed_nll(
@@ -46,9 +46,13 @@ def label_smoothed_nll(
     """
     log_probs = torch.log_softmax(logits.float(), dim=-1).flatten(0, -2)  # (N, V)
     target = target.flatten()  # (N,)
-    keep = target != ignore_index  # (N,)
-    log_probs, target = log_probs[keep], target[keep]  # (n, V), (n,)
-    nll = -log_probs.gather(1, target[:, None]).squeeze(1)  # (n,) −log p_y
-    uniform = -log_probs.mean(dim=-1)  # (n,) mean_v −log p_v
-    loss = (1.0 - epsilon) * nll + epsilon * uniform  # (n,)
-    return LossSums(loss=loss.sum(), nll=nll.sum(), n_tokens=int(keep.sum()))
+    keep = target != ignore_index  # (N,) padding is masked, not removed: no device sync
+    nll = -log_probs.gather(1, target.clamp(min=0)[:, None]).squeeze(1)  # (N,) −log p_y
+    uniform = -log_probs.mean(dim=-1)  # (N,) mean_v −log p_v
+    loss = (1.0 - epsilon) * nll + epsilon * uniform  # (N,)
+    zero = torch.zeros((), device=loss.device)
+    return LossSums(
+        loss=torch.where(keep, loss, zero).sum(),
+        nll=torch.where(keep, nll, zero).sum(),
+        n_tokens=keep.sum(),
+    )

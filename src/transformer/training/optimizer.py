@@ -41,9 +41,10 @@ def make_optimizer(model: nn.Module, t: TrainConfig) -> torch.optim.AdamW:
     )
 
 
-def clip_gradients(model: nn.Module, clip_norm: float) -> float:
-    """Clips the global gradient norm (if asked) and returns it before clipping."""
+def clip_gradients(model: nn.Module, clip_norm: float) -> torch.Tensor:
+    """Clips the global gradient norm (if asked) and returns it before clipping, as a tensor on
+    the device (reading it would stop a GPU until the step is done)."""
     params = [p for p in model.parameters() if p.grad is not None]
     if clip_norm > 0:
-        return float(torch.nn.utils.clip_grad_norm_(params, clip_norm))
-    return float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])))
+        return torch.nn.utils.clip_grad_norm_(params, clip_norm)
+    return torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))

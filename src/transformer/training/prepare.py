@@ -6,7 +6,6 @@ completed config into the run's folder. On ``--resume`` the saved tokenizers are
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, dataclass, replace
 
@@ -23,7 +22,7 @@ log = logging.getLogger(__name__)
 # Settings that may change when a run is resumed; anything else must stay as it was.
 RESUMABLE_TRAIN_KEYS = {"max_steps", "max_epochs", "max_minutes", "log_every", "validate_every",
                         "bleu_sentences", "best_metric", "save_every", "keep_checkpoints",
-                        "cooldown_steps", "threads"}  # fmt: skip
+                        "cooldown"}  # fmt: skip
 
 
 @dataclass
@@ -59,25 +58,14 @@ def encode_pairs(
     return examples, kept
 
 
-def saved_config(run: RunDir) -> RunConfig:
-    """The RunConfig of an existing run."""
-    if not run.config.exists():
-        raise UserError(f"{run.root} holds no run to resume ({run.config} is missing)")
-    try:
-        values = json.loads(run.config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise UserError(f"cannot read {run.config}: {error}") from None
-    return RunConfig.from_dict(values, str(run.config))
-
-
 def check_resumable(saved: RunConfig, requested: RunConfig) -> None:
     """A resumed run may only change the limits and bookkeeping of training."""
-    for section in ("model", "data", "decode", "train"):
+    for section in ("model", "data", "train"):  # decode and runtime may change freely
         old, new = asdict(getattr(saved, section)), asdict(getattr(requested, section))
         for key, value in new.items():
             if key in ("src_vocab_size", "tgt_vocab_size"):
                 continue
-            if section == "decode" or (section == "train" and key in RESUMABLE_TRAIN_KEYS):
+            if section == "train" and key in RESUMABLE_TRAIN_KEYS:
                 continue
             if old[key] != value:
                 raise UserError(
@@ -93,7 +81,7 @@ def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
     data or the config never leaves a half-made run behind.
     """
     if resume:
-        check_resumable(saved_config(run), config)
+        check_resumable(run.saved_config(), config)
     splits: Splits = load_splits(config.data)
     if not splits.train:
         raise UserError(f"no training pairs in {splits.source}")

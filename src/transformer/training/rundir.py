@@ -27,9 +27,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..config import RunConfig
+from ..config_files import build_config
 from ..errors import UserError
 from ..files import fsync_dir, write_json_atomic
-from .checkpoint import clean_checkpoints, resume_candidates
+from .checkpoint import clean_checkpoints, step_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +81,33 @@ class RunDir:
         return self.config.exists() or self.checkpoints.exists()
 
     def has_checkpoint(self) -> bool:
-        return bool(resume_candidates(self.checkpoints)) if self.checkpoints.exists() else False
+        return bool(step_checkpoints(self.checkpoints))
+
+    def saved_config(self) -> RunConfig:
+        """The RunConfig of the run in this folder."""
+        if not self.config.exists():
+            raise UserError(f"{self.root} holds no run to resume ({self.config} is missing)")
+        try:
+            values = json.loads(self.config.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            raise UserError(f"cannot read {self.config}: {error}") from None
+        return build_config(values, str(self.config))
+
+    def check_start(self, resume: bool, overwrite: bool) -> None:
+        """Refuses a start that could lose a run, with the way out in the message."""
+        if resume and overwrite:
+            raise UserError("--resume and --overwrite contradict each other; choose one")
+        if resume or overwrite or not self.has_run():
+            return
+        if self.has_checkpoint():
+            raise UserError(
+                f"{self.root} already holds a training run; use --resume to continue it, "
+                "--overwrite to replace it, or choose another --out"
+            )
+        raise UserError(
+            f"{self.root} holds a run that stopped before its first checkpoint; --resume starts "
+            "it again from step 0 with its saved config, --overwrite replaces it"
+        )
 
     # ----------------------------------------------------------------------------- the lock
     @contextmanager

@@ -7,9 +7,11 @@ then decays with the inverse square root of the step number. The paper uses fact
 warmup 4000 with Adam(β1 = 0.9, β2 = 0.98, ε = 1e−9).
 
 An optional cool-down (not in the paper) multiplies the rate by a factor falling linearly from 1
-to 0 over the last ``cooldown_steps`` of ``max_steps``. A short run ends still at a high rate,
-where consecutive checkpoints can differ a lot; cooling down lets the last one settle (the
-effect the paper gets by averaging the last checkpoints of a long run).
+to 0 over the last ``cooldown`` share of the run. A short run ends still at a high rate, where
+consecutive checkpoints can differ a lot; cooling down lets the last one settle (the effect the
+paper gets by averaging the last checkpoints of a long run). The share is of ``max_steps``, or
+of ``max_minutes`` when that limit comes first, so a run with a time budget ends cooled down on
+a fast machine and a slow one alike.
 """
 
 from __future__ import annotations
@@ -23,12 +25,17 @@ def inverse_sqrt_lr(step: int, d_model: int, warmup_steps: int, factor: float = 
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
-def cooldown(step: int, max_steps: int, cooldown_steps: int) -> float:
-    """The cool-down multiplier: 1 until the last ``cooldown_steps`` steps, then linearly down to
-    0 after step ``max_steps``."""
-    if cooldown_steps <= 0:
+def run_progress(step: int, seconds: float, max_steps: int, max_minutes: float) -> float:
+    """How far the run is, 0..1: by steps, or by time when a time budget is nearer its end."""
+    by_time = seconds / (60 * max_minutes) if max_minutes else 0.0
+    return max(step / max_steps, by_time)
+
+
+def cooldown(progress: float, share: float) -> float:
+    """The cool-down multiplier: 1 until the last ``share`` of the run, then linearly to 0."""
+    if share <= 0:
         return 1.0
-    return min(1.0, max(0.0, (max_steps - step + 1) / cooldown_steps))
+    return min(1.0, max(0.0, (1.0 - progress) / share))
 
 
 def schedule_factor(d_model: int, warmup_steps: int, lr_factor: float, peak_lr: float) -> float:

@@ -7,7 +7,6 @@ Shapes: none; plain numbers and the optimizer's own state.
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..data.batching import Batch, Example, collate, make_batches
+from ..device import rng_state, set_rng_state
 from ..errors import UserError
 from .loss import LossSums
 
@@ -57,7 +57,9 @@ class TrainerState:
     best_score: float = -math.inf
     best_valid_nll: float = math.inf
 
-    def to_dict(self, optimizer: torch.optim.Optimizer) -> dict:
+    def to_dict(
+        self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None = None
+    ) -> dict:
         return {
             "step": self.step,
             "position": {"epoch": self.position.epoch, "batch": self.position.batch},
@@ -65,16 +67,19 @@ class TrainerState:
             "best_score": self.best_score,
             "best_valid_nll": self.best_valid_nll,
             "optimizer": optimizer.state_dict(),
-            "rng_torch": torch.get_rng_state(),
-            "rng_python": random.getstate(),
+            "scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else {},
+            "rng": rng_state(),  # Python, torch CPU and CUDA
         }
 
     @classmethod
-    def restore(cls, saved: dict, optimizer: torch.optim.Optimizer) -> TrainerState:
-        """The state in ``saved``; the optimizer and the RNGs are restored as a side effect.
-
-        Checkpoints written before ``best_score`` existed rank by validation loss.
-        """
+    def restore(
+        cls,
+        saved: dict,
+        optimizer: torch.optim.Optimizer,
+        scaler: torch.amp.GradScaler | None = None,
+    ) -> TrainerState:
+        """The state in ``saved``; the optimizer, the scaler and the RNGs are restored as a side
+        effect. Checkpoints written before ``best_score`` existed rank by validation loss."""
         try:
             optimizer.load_state_dict(saved["optimizer"])
         except ValueError as error:  # e.g. one parameter group (Adam) before the AdamW groups
@@ -82,8 +87,12 @@ class TrainerState:
                 f"the optimizer state was written by an older version ({error}); the weights "
                 "still translate, but the run cannot be resumed: start it again"
             ) from None
-        torch.set_rng_state(saved["rng_torch"])
-        random.setstate(saved["rng_python"])
+        if scaler is not None and saved.get("scaler"):
+            scaler.load_state_dict(saved["scaler"])
+        if "rng" in saved:
+            set_rng_state(saved["rng"])
+        else:  # written before the CUDA state was saved too
+            set_rng_state({"python": saved["rng_python"], "torch": saved["rng_torch"]})
         best_nll = saved["best_valid_nll"]
         return cls(
             step=saved["step"],
@@ -103,25 +112,27 @@ def selection_score(validated: dict[str, float], metric: str) -> float:
 
 
 class Meter:
-    """Running sums between two log lines."""
+    """Running sums between two log lines, kept on the device (read once, at the log line)."""
 
-    def __init__(self) -> None:
-        self.loss = self.nll = 0.0
-        self.tokens = self.padded = 0
+    def __init__(self, device: torch.device) -> None:
+        self.loss = torch.zeros((), device=device)
+        self.nll = torch.zeros((), device=device)
+        self.tokens = torch.zeros((), dtype=torch.long, device=device)
+        self.padded = 0
         self.start = time.perf_counter()
 
     def add(self, sums: LossSums, padded: int) -> None:
-        self.loss += sums.loss.item()
-        self.nll += sums.nll.item()
+        self.loss += sums.loss.detach().float()
+        self.nll += sums.nll.detach().float()
         self.tokens += sums.n_tokens
         self.padded += padded
 
     def summary(self) -> dict[str, float]:
         """Mean loss, perplexity, and tokens per second (source + target, padding included)."""
-        tokens = max(self.tokens, 1)
+        tokens = max(int(self.tokens), 1)
         seconds = time.perf_counter() - self.start
         return {
-            "loss": self.loss / tokens,
-            "ppl": math.exp(min(self.nll / tokens, 50)),
+            "loss": float(self.loss) / tokens,
+            "ppl": math.exp(min(float(self.nll) / tokens, 50)),
             "tokens_per_s": self.padded / seconds,
         }

@@ -20,16 +20,17 @@ from .loss import label_smoothed_nll
 def validation_loss(model: Transformer, prepared, config: RunConfig) -> dict[str, float]:
     """Label-smoothed loss and perplexity (exp of the plain NLL) per target token."""
     model.eval()
-    loss = nll = 0.0
-    tokens = 0
+    device = next(model.parameters()).device
+    loss = nll = torch.zeros((), device=device)
+    tokens = torch.zeros((), dtype=torch.long, device=device)
     order = make_batches(prepared.valid, config.train.max_tokens, 0, 0, shuffle=False)
     for indices in order:
-        batch = collate([prepared.valid[i] for i in indices])
+        batch = collate([prepared.valid[i] for i in indices]).to(device)
         sums = label_smoothed_nll(
             model(batch.src, batch.tgt_in), batch.tgt_out, config.train.label_smoothing
         )
-        loss, nll, tokens = loss + sums.loss.item(), nll + sums.nll.item(), tokens + sums.n_tokens
-    tokens = max(tokens, 1)
+        loss, nll, tokens = loss + sums.loss, nll + sums.nll, tokens + sums.n_tokens
+    loss, nll, tokens = float(loss), float(nll), max(int(tokens), 1)
     return {
         "valid_loss": loss / tokens,
         "valid_nll": nll / tokens,

@@ -1,0 +1,89 @@
+"""The hardware, chosen once: the device, the precision, and what moves data onto them.
+
+``runtime.device`` is ``auto`` (CUDA when there is a GPU, else the CPU), ``cpu``, ``cuda`` or
+``cuda:N``; asking for CUDA where there is none is a one-line error. ``runtime.precision`` is
+``fp32``, ``bf16`` (autocast; no scaler needed) or ``fp16`` (autocast with a GradScaler, so that
+small gradients do not underflow). Autocast follows the device type. Batches are built on the
+CPU, pinned when they go to a GPU, and copied without blocking the host.
+
+Checkpoints hold CPU tensors only, so a model trained on a GPU translates on a CPU and the
+reverse (``map_location``: the weights are read on the CPU, then moved).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+
+from .config import RuntimeConfig
+from .errors import BadValue
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_device(spec: str) -> torch.device:
+    """The torch.device that ``runtime.device`` names, checked against the machine."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    match = re.fullmatch(r"cuda(?::(\d+))?", spec)
+    if match is None:
+        raise BadValue(f"runtime.device must be auto, cpu, cuda or cuda:N, got {spec!r}")
+    if not torch.cuda.is_available():
+        raise BadValue(
+            f"runtime.device is {spec!r} but this machine has no CUDA device "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False); use --device cpu"
+        )
+    index = int(match.group(1) or 0)
+    if index >= torch.cuda.device_count():
+        raise BadValue(
+            f"runtime.device is {spec!r} but this machine has {torch.cuda.device_count()} "
+            "CUDA device(s)"
+        )
+    return torch.device("cuda", index)
+
+
+def autocast(device: torch.device, precision: str) -> AbstractContextManager:
+    """Mixed precision for the forward pass (and the loss), or nothing for fp32."""
+    if precision == "fp32":
+        return nullcontext()
+    return torch.autocast(device.type, dtype=DTYPES[precision])
+
+
+def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler:
+    """A GradScaler that works for fp16 and is a no-op otherwise."""
+    return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU tensor on ``device``: pinned and copied without blocking the host for a GPU."""
+    if device.type == "cpu":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def rng_state() -> dict:
+    """Every random state a run depends on: Python, torch CPU, and CUDA when there is one."""
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restores ``rng_state()``; a CUDA state is restored where CUDA is available."""
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"][: torch.cuda.device_count()])
+
+
+def prepare_runtime(runtime: RuntimeConfig) -> torch.device:
+    """Applies the thread count and returns the device (one call at the top of a command)."""
+    if runtime.threads:
+        torch.set_num_threads(runtime.threads)
+    return resolve_device(runtime.device)
