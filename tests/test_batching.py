@@ -2,6 +2,7 @@
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -43,11 +44,13 @@ def test_batches_group_similar_lengths():
 
 
 def test_shuffle_is_reproducible_per_epoch():
-    data = examples()
-    a = make_batches(data, 256, seed=3, epoch=0)
-    assert a == make_batches(data, 256, seed=3, epoch=0)
-    assert a != make_batches(data, 256, seed=3, epoch=1)
-    assert a != make_batches(data, 256, seed=4, epoch=0)
+    def plan(**kwargs):  # batches are index arrays (views of one sorted order)
+        return [batch.tolist() for batch in make_batches(examples(), 256, **kwargs)]
+
+    a = plan(seed=3, epoch=0)
+    assert a == plan(seed=3, epoch=0)
+    assert a != plan(seed=3, epoch=1)
+    assert a != plan(seed=4, epoch=0)
 
 
 def test_collate_shifts_the_target_right_and_pads():
@@ -90,3 +93,19 @@ def test_stream_positions_mark_complete_epochs():
     for _ in range(4):
         (_, a), (_, b) = next(resumed), next(expected)
         assert torch.equal(a.src, b.src) and torch.equal(a.tgt_out, b.tgt_out)
+
+
+def test_a_binarized_batch_equals_collate_of_its_examples():
+    from transformer.data.binarized import TokenDataset
+
+    rng = np.random.default_rng(0)
+    examples = [
+        Example(rng.integers(4, 50, int(a)).tolist(), rng.integers(4, 50, int(b)).tolist())
+        for a, b in rng.integers(0, 12, size=(200, 2))
+    ]  # fmt: skip
+    dataset = TokenDataset.from_examples(examples)
+    for indices in ([0], [5, 3, 199], rng.permutation(200)[:37], np.arange(200)):
+        got = dataset.batch(np.asarray(indices))
+        want = collate([examples[i] for i in indices])
+        for name in ("src", "tgt_in", "tgt_out"):
+            assert torch.equal(getattr(got, name), getattr(want, name)), (name, indices)

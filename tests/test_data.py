@@ -220,3 +220,21 @@ def test_load_splits_config_mistakes(tmp_path, fields, message):
     fields = {key: paths.get(value, value) for key, value in fields.items()}
     with pytest.raises(UserError, match=message):
         load_splits(replace(FILES, **fields))
+
+
+def test_a_pair_and_its_reverse_share_a_split():
+    # Keys ignore the direction, so (a, b) and (b, a) can never be trained on and tested on.
+    pairs = [(f"x{i}", f"y{i}") for i in range(300)] + [(f"y{i}", f"x{i}") for i in range(300)]
+    train, valid, test = split_pairs(pairs, 0.1, 0.1, seed=5)
+    for split in (train, valid, test):
+        assert {(b, a) for a, b in split} == set(split)
+    assert len(valid) == len(test) == 60  # a tenth of the 300 distinct keys, both directions
+
+
+def test_the_split_plan_streams_in_eight_bytes_a_pair():
+    from transformer.data.splits import plan_split
+
+    pairs = [(f"s{i}", f"t{i}") for i in range(1000)]
+    plan = plan_split(iter(pairs), 0.05, 0.05, seed=1)  # one pass over an iterator
+    counts = [sum(plan.split_of(p) == k for p in pairs) for k in range(3)]
+    assert counts == [900, 50, 50]

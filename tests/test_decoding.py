@@ -434,9 +434,9 @@ def test_empty_inputs_and_padding_inside_a_sentence():
 
 def test_length_batches_respect_the_limits():
     lengths = [5, 1, 3, 0, 7, 2, 2, 9]
-    costs = [(max(n, 1),) for n in lengths]
+    widths = [max(n, 1) for n in lengths]
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    batches = length_batches(costs, order, max_tokens=12, max_items=3)
+    batches = [b.tolist() for b in length_batches(widths, None, order, max_tokens=12, max_items=3)]
     assert [lengths[i] for batch in batches for i in batch] == sorted(lengths)
     assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
     for batch in batches:

@@ -74,7 +74,8 @@ def _train(ns: argparse.Namespace, given: dict[str, dict]) -> None:
 
     config, out = run_config(ns, given)
     result = train(config, out, resume=ns.resume, overwrite=ns.overwrite, progress=not ns.quiet)
-    print(f"trained {result.step} steps in {result.seconds:.0f} s; model directory: {out}")
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the job
+        print(f"trained {result.step} steps in {result.seconds:.0f} s; model directory: {out}")
 
 
 def run_config(ns: argparse.Namespace, given: dict[str, dict]) -> tuple[RunConfig, Path]:
@@ -265,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = f"; did you mean {close[0]}?" if close else f"; choose from {', '.join(COMMANDS)}"
         print(f"transformer: error: unknown command {name!r}{hint}", file=sys.stderr)
         return 2
-    prefix = f"transformer {name}"
+    prefix = f"transformer {name}{_rank()}"
     with _warnings_to_stderr(prefix), _sigterm_raises():
         try:
             if "-h" in rest or "--help" in rest:
@@ -289,6 +290,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{prefix}: interrupted", file=sys.stderr)
             return 130
     return 0
+
+
+def _rank() -> str:
+    """`` [rank r of W]`` under torchrun, so that every message says which process wrote it."""
+    size = os.environ.get("WORLD_SIZE", "1")
+    return f" [rank {os.environ.get('RANK', '?')} of {size}]" if size != "1" else ""
 
 
 def config_from_args(argv: list[str]) -> RunConfig:

@@ -155,6 +155,9 @@ class DataConfig:
     """SentencePiece model type: "bpe" or "unigram"."""
     vocab_size: int = 8000
     """Per vocabulary (joint: for both languages)."""
+    tokenizer_sample: int = 1_000_000
+    """Pairs SentencePiece trains on at most, drawn at random (split_seed) from the training
+    pairs: memory stays bounded however large the corpus."""
     joint_vocab: bool = True
     """One SentencePiece model for both languages."""
     character_coverage: float = 1.0
@@ -177,7 +180,8 @@ class DataConfig:
             raise BadValue(
                 f"DataConfig.tokenizer must be one of {TOKENIZER_KINDS}, got {self.tokenizer!r}"
             )
-        check_positive(self, "max_len", "vocab_size", "numbers_max", "numbers_train")
+        check_positive(self, "max_len", "vocab_size", "tokenizer_sample", "numbers_max",
+                       "numbers_train")  # fmt: skip
         check_probability(self, "valid_fraction", "test_fraction")
         if not 0.0 < self.character_coverage <= 1.0:
             raise BadValue(
@@ -313,9 +317,16 @@ class RuntimeConfig:
     """torch.compile the model for training."""
     threads: int = 0
     """Torch intra-op threads on the CPU; 0: torch's default."""
+    timeout_minutes: float = 30.0
+    """Under torchrun: how long a process waits for the others before the job fails."""
 
     def __post_init__(self) -> None:
         check_types(self)
+        check_finite(self)
+        if self.timeout_minutes <= 0:
+            raise BadValue(
+                f"RuntimeConfig.timeout_minutes must be > 0, got {self.timeout_minutes!r}"
+            )
         if self.precision not in PRECISIONS:
             raise BadValue(
                 f"RuntimeConfig.precision must be one of {PRECISIONS}, got {self.precision!r}"

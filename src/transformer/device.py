@@ -82,8 +82,17 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"][: torch.cuda.device_count()])
 
 
-def prepare_runtime(runtime: RuntimeConfig) -> torch.device:
-    """Applies the thread count and returns the device (one call at the top of a command)."""
+def prepare_runtime(runtime: RuntimeConfig, local_rank: int = 0) -> torch.device:
+    """Applies the thread count and returns the device (one call at the top of a command).
+
+    Under torchrun, ``auto`` and ``cuda`` give each process on a machine its own GPU (its
+    LOCAL_RANK); ``cuda:N`` keeps the GPU named.
+    """
     if runtime.threads:
         torch.set_num_threads(runtime.threads)
-    return resolve_device(runtime.device)
+    device = resolve_device(runtime.device)
+    if device.type == "cuda" and runtime.device in ("auto", "cuda"):
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device

@@ -26,3 +26,10 @@ class Interrupted(UserError):
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that clean-up code runs."""
+
+
+class LostContact(UserError):
+    """A distributed training whose other processes stopped answering (one crashed or was
+    killed, or a collective timed out)."""
+
+    exit_code = 1

@@ -17,9 +17,10 @@ Shapes: B batch, S source length, T target length (+1 for BOS or EOS).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -72,40 +73,41 @@ def encode_source(ids: list[int]) -> list[int]:
 
 
 def length_batches(
-    costs: Sequence[tuple[int, ...]],
-    order: Iterable[int],
+    src_len: Sequence[int],
+    tgt_len: Sequence[int] | None,
+    order: np.ndarray,
     max_tokens: int,
     max_items: int = 0,
-) -> list[list[int]]:
+) -> list[np.ndarray]:
     """Cuts items, taken in ``order`` (sorted by length), into consecutive batches.
 
-    A batch's padded size is B · Σ_c max(cost[c]) over its B items (for training pairs
-    B·(S + T); for sources to translate B·S); each batch stays within ``max_tokens`` and, if
-    ``max_items`` > 0, within ``max_items`` items. An item larger than ``max_tokens`` on its own
-    forms a batch alone (callers that cannot allow this check first).
+    A batch's padded size is B · (max S + max T) over its B items (for training pairs; for
+    sources to translate ``tgt_len`` is None and it is B · max S); each batch stays within
+    ``max_tokens`` and, if ``max_items`` > 0, within ``max_items`` items. An item larger than
+    ``max_tokens`` on its own forms a batch alone (callers that cannot allow this check first).
 
     Args:
-        costs: per item, its lengths, e.g. (source, decoder input).
-        order: the item indices in the order to batch them.
+        src_len, tgt_len: per item, its lengths (any sequence; numpy arrays for millions).
+        order: the item indices in the order to batch them, (n,).
         max_tokens: bound on the padded size of a batch.
         max_items: bound on the items per batch; 0: none.
     Returns:
-        lists of item indices, one list per batch.
+        arrays of item indices, one per batch (views of ``order``).
     """
-    batches: list[list[int]] = []
-    current: list[int] = []
-    widths: tuple[int, ...] = ()
-    for i in order:
-        new = tuple(map(max, widths, costs[i])) if current else tuple(costs[i])
-        full = (max_items and len(current) == max_items) or (len(current) + 1) * sum(
-            new
-        ) > max_tokens
-        if current and full:
-            batches.append(current)
-            current, new = [], tuple(costs[i])
-        current.append(i)
-        widths = new
-    return [*batches, current] if current else batches
+    order = np.asarray(order, dtype=np.int64)
+    sources = np.asarray(src_len)[order].tolist()  # small ints: no objects, fast to loop over
+    targets = np.asarray(tgt_len)[order].tolist() if tgt_len is not None else [0] * len(order)
+    cuts: list[int] = []
+    start = width_src = width_tgt = 0
+    for position, (s, t) in enumerate(zip(sources, targets, strict=True)):
+        count = position - start
+        new_src, new_tgt = max(width_src, s), max(width_tgt, t)
+        full = (max_items and count == max_items) or (count + 1) * (new_src + new_tgt) > max_tokens
+        if count and full:
+            cuts.append(position)
+            start, new_src, new_tgt = position, s, t
+        width_src, width_tgt = new_src, new_tgt
+    return np.split(order, cuts) if len(order) else []
 
 
 def pad(sequences: Sequence[Sequence[int]], device: torch.device | None = None) -> Tensor:
@@ -117,32 +119,40 @@ def pad(sequences: Sequence[Sequence[int]], device: torch.device | None = None) 
     return padded.to(device) if device is not None else padded
 
 
+def example_lengths(examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
+    """(source lengths, decoder-input lengths) of every example, as the batch needs them."""
+    if hasattr(examples, "lengths"):  # a binarized dataset: read from its offsets
+        return examples.lengths("src"), examples.lengths("tgt") + 1  # type: ignore[attr-defined]
+    costs = np.array([e.cost for e in examples], dtype=np.int64).reshape(-1, 2)
+    return costs[:, 0], costs[:, 1]
+
+
 def make_batches(
-    examples: list[Example], max_tokens: int, seed: int, epoch: int, shuffle: bool = True
-) -> list[list[int]]:
+    examples: Sequence[Example], max_tokens: int, seed: int, epoch: int, shuffle: bool = True
+) -> list[np.ndarray]:
     """Groups example indices into batches of at most ``max_tokens`` padded positions.
 
     Args:
-        examples: the whole split.
+        examples: the whole split (a list, or a binarized ``TokenDataset``).
         max_tokens: bound on B·(S + T) for each batch.
         seed, epoch: seed the shuffle; the same pair always gives the same batches.
         shuffle: False for validation (sorted by length, fixed order).
     Returns:
-        lists of indices into ``examples``, one list per batch.
+        arrays of indices into ``examples``, one per batch.
     """
-    costs = [e.cost for e in examples]
-    too_long = next((c for c in costs if sum(c) > max_tokens), None)
-    if too_long is not None:
+    src_len, tgt_len = example_lengths(examples)
+    too_long = np.flatnonzero(src_len + tgt_len > max_tokens)
+    if len(too_long):
+        i = too_long[0]
         raise UserError(
-            f"a sentence pair of {too_long[0]}+{too_long[1]} tokens does not fit in "
+            f"a sentence pair of {src_len[i]}+{tgt_len[i]} tokens does not fit in "
             f"train.max_tokens={max_tokens}; raise max_tokens or lower data.max_len"
         )
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    tie_break = torch.randperm(len(examples), generator=generator).tolist() if shuffle else None
-    order = sorted(
-        range(len(examples)), key=lambda i: (*costs[i], tie_break[i] if tie_break else i)
-    )
-    batches = length_batches(costs, order, max_tokens)
+    n = len(src_len)
+    tie_break = torch.randperm(n, generator=generator).numpy() if shuffle else np.arange(n)
+    order = np.lexsort((tie_break, tgt_len, src_len))  # by source, then target length
+    batches = length_batches(src_len, tgt_len, order, max_tokens)
     if shuffle:
         perm = torch.randperm(len(batches), generator=generator).tolist()
         batches = [batches[j] for j in perm]

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +19,8 @@ from ..config import DataConfig
 from ..errors import UserError
 from . import numbers
 from .download import corpus_file
-from .readers import Pair, drop_empty, read_parallel, read_tsv_pairs
-from .splits import Splits, split_pairs
+from .readers import Pair, drop_empty, iter_parallel, iter_tsv_pairs, read_parallel
+from .splits import PairStream, Splits, SplitStreams, split_stream
 
 MULTI30K_LANGS = ("de", "en", "fr")
 MULTI30K_SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
@@ -36,7 +36,7 @@ class Corpus:
     """A named corpus: what it is, and how its splits are made from a DataConfig."""
 
     description: str
-    load: Callable[[DataConfig], Splits]
+    load: Callable[[DataConfig], SplitStreams]
 
 
 def multi30k_files(data: DataConfig) -> dict[str, tuple[Path, Path]]:
@@ -79,70 +79,69 @@ def _direction(data: DataConfig) -> str:
     return f"{data.src_lang}->{data.tgt_lang}"
 
 
-def _numbers(data: DataConfig) -> Splits:
+def _numbers(data: DataConfig) -> SplitStreams:
     split = numbers.number_splits(data)
-    train, valid, test = (
-        numbers.number_pairs(data, part) for part in (split.train, split.valid, split.test)
-    )
+    valid, test = (numbers.number_pairs(data, part) for part in (split.valid, split.test))
+    train = PairStream(lambda: numbers.iter_number_pairs(data, split.train))
     source = f"numbers 0..{data.numbers_max} {_direction(data)} (generated, seed {data.split_seed})"
     groups = [numbers.magnitude(n) for n in split.test]
-    return Splits(train, valid, test, 0, source, groups, numbers.numbers_test_note(data))
+    return SplitStreams(train, valid, test, source, 0, groups, numbers.numbers_test_note(data))
 
 
-def _multi30k(data: DataConfig) -> Splits:
+def _multi30k(data: DataConfig) -> SplitStreams:
     files = multi30k_files(data)
-    splits, skipped = {}, 0
-    for name, (src, tgt) in files.items():
-        splits[name], dropped = drop_empty(read_parallel(src, tgt))
+    held, skipped = {}, 0
+    for name in ("valid", "test"):
+        held[name], dropped = drop_empty(read_parallel(*files[name]))
         skipped += dropped
+    train = PairStream(lambda: iter_parallel(*files["train"]))
     source = f"multi30k {_direction(data)} from {files['train'][0].parent}"
-    return Splits(splits["train"], splits["valid"], splits["test"], skipped, source)
+    return SplitStreams(train, held["valid"], held["test"], source, skipped)
 
 
-def _tatoeba(data: DataConfig) -> Splits:
+def _tatoeba(data: DataConfig) -> SplitStreams:
     path, english_is_source = tatoeba_file(data)
-    pairs, skipped = drop_empty(read_tsv_pairs(path, first_is_source=english_is_source))
-    train, valid, test = split_pairs(
-        pairs, data.valid_fraction, data.test_fraction, data.split_seed
-    )
+    train, valid, test = split_stream(
+        lambda: iter_tsv_pairs(path, first_is_source=english_is_source),
+        data.valid_fraction, data.test_fraction, data.split_seed,
+    )  # fmt: skip
     source = f"{data.corpus} {_direction(data)} from {path} (split seed {data.split_seed})"
-    return Splits(train, valid, test, skipped, source)
+    return SplitStreams(train, valid, test, source)
 
 
 CORPORA: dict[str, Corpus] = {
-    "numbers": Corpus(
-        "English number words and their French or German words (generated)", _numbers
-    ),
+    "numbers": Corpus("number words, English to French or German (generated)", _numbers),
     "multi30k": Corpus("Multi30k task 1 image captions, de/en/fr (29k pairs)", _multi30k),
     "tatoeba-fra-eng": Corpus("Tatoeba/Anki French-English pairs (manythings.org)", _tatoeba),
     "tatoeba-deu-eng": Corpus("Tatoeba/Anki German-English pairs (manythings.org)", _tatoeba),
 }
 
 
-def _read_user_pairs(src: str, tgt: str | None) -> list[Pair]:
-    return read_parallel(src, tgt) if tgt is not None else read_tsv_pairs(src)
+def _user_pairs(src: str, tgt: str | None) -> Callable[[], Iterator[Pair]]:
+    return (lambda: iter_parallel(src, tgt)) if tgt is not None else (lambda: iter_tsv_pairs(src))
 
 
-def _user_files(data: DataConfig) -> Splits:
+def _user_files(data: DataConfig) -> SplitStreams:
     if data.src is None:
         raise UserError("no training data: set data.corpus, or data.src (and data.tgt)")
     if data.valid_tgt is not None and data.valid_src is None:
         raise UserError(f"data.valid_tgt ({data.valid_tgt}) is given without data.valid_src")
-    train, skipped = drop_empty(_read_user_pairs(data.src, data.tgt))
     files = data.src if data.tgt is None else f"{data.src} + {data.tgt}"
-    if not train:
+    make = _user_pairs(data.src, data.tgt)
+    if next(iter(PairStream(make)), None) is None:
         raise UserError(f"{files}: no sentence pairs")
     if data.valid_src is None:
-        train, valid, test = split_pairs(
-            train, data.valid_fraction, data.test_fraction, data.split_seed
+        train, valid, test = split_stream(
+            make, data.valid_fraction, data.test_fraction, data.split_seed
         )
-        return Splits(train, valid, test, skipped, f"{files} (split seed {data.split_seed})")
-    valid, skipped_valid = drop_empty(_read_user_pairs(data.valid_src, data.valid_tgt))
-    train, _, test = split_pairs(train, 0.0, data.test_fraction, data.split_seed)
+        return SplitStreams(train, valid, test, f"{files} (split seed {data.split_seed})")
+    valid, skipped_valid = drop_empty(list(_user_pairs(data.valid_src, data.valid_tgt)()))
+    train, _, test = split_stream(make, 0.0, data.test_fraction, data.split_seed)
     valid_files = (
         data.valid_src if data.valid_tgt is None else f"{data.valid_src} + {data.valid_tgt}"
     )
-    return Splits(train, valid, test, skipped + skipped_valid, f"{files}, valid {valid_files}")
+    source = f"{files}, valid {valid_files}"
+    return SplitStreams(train, valid, test, source, skipped_valid)
 
 
 def check_corpus(data: DataConfig) -> None:
@@ -159,8 +158,9 @@ def check_corpus(data: DataConfig) -> None:
         )
 
 
-def load_splits(data: DataConfig) -> Splits:
-    """Reads (or downloads, or generates) the train/valid/test pairs that ``data`` describes.
+def stream_splits(data: DataConfig) -> SplitStreams:
+    """The train/valid/test pairs that ``data`` describes, training pairs as a stream (read,
+    downloaded or generated again on each pass: a corpus of any size in bounded memory).
 
     A named corpus comes from its loader in ``CORPORA``. Files: ``src`` (+ ``tgt``), split with
     split_seed, valid_fraction and test_fraction unless ``valid_src`` (+ ``valid_tgt``) is given.
@@ -172,3 +172,8 @@ def load_splits(data: DataConfig) -> Splits:
     if data.corpus is None:
         return _user_files(data)
     return CORPORA[data.corpus].load(data)
+
+
+def load_splits(data: DataConfig) -> Splits:
+    """``stream_splits`` with every split as a list."""
+    return stream_splits(data).materialize()

@@ -9,6 +9,7 @@ laptop CPU in minutes, yet it is real translation: words reorder ("ninety-one" -
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from num2words import CONVERTER_CLASSES
@@ -212,13 +213,19 @@ def number_pairs(data: DataConfig, numbers: list[int]) -> list[Pair]:
     Args:
         data: src_lang and tgt_lang (en, fr or de) are used.
     """
+    return list(iter_number_pairs(data, numbers))
+
+
+def iter_number_pairs(data: DataConfig, numbers: Iterable[int]) -> Iterator[Pair]:
+    """``number_pairs``, one at a time."""
     for lang in (data.src_lang, data.tgt_lang):
         if lang not in NUMBERS_LANGS:
             raise UserError(f"the numbers corpus has languages {NUMBERS_LANGS}; got {lang!r}")
     if data.src_lang == data.tgt_lang:
         raise UserError(f"src_lang and tgt_lang are both {data.src_lang!r}")
     src_words, tgt_words = NumberWords(data.src_lang), NumberWords(data.tgt_lang)
-    return [(src_words(n), tgt_words(n)) for n in numbers]
+    for n in numbers:
+        yield src_words(n), tgt_words(n)
 
 
 def numbers_corpus(data: DataConfig) -> tuple[list[Pair], list[Pair], list[Pair]]:

@@ -16,9 +16,10 @@ changed (tokenization and the max_len filter come later).
 from __future__ import annotations
 
 import gzip
+import itertools
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..errors import UserError
@@ -33,24 +34,24 @@ def _check_file(path: Path) -> None:
         raise UserError(f"not a file: {path}")
 
 
-def _decoded(raw_lines: Iterator[bytes], name: str) -> list[str]:
+def _decoded(raw_lines: Iterable[bytes], name: str) -> Iterator[str]:
     """Strict UTF-8 decoding line by line, so that an error can name its 1-based line."""
-    lines = []
     for number, raw in enumerate(raw_lines, 1):
         try:
-            lines.append(raw.decode("utf-8").rstrip("\r\n"))
+            line = raw.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError as error:
             raise UserError(
                 f"{name}: line {number} is not valid UTF-8 (byte {raw[error.start]:#04x} at "
                 f"position {error.start + 1} of the line)"
             ) from None
-    if lines and lines[0].startswith("\ufeff"):  # a byte-order mark some editors write
-        lines[0] = lines[0][1:]
-    return lines
+        if number == 1 and line.startswith("\ufeff"):  # a byte-order mark some editors write
+            line = line[1:]
+        yield line
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file, plain or gzip-compressed (by its .gz suffix).
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file, plain or gzip-compressed (by its .gz suffix), one at a
+    time (a file of any size in constant memory).
 
     Only the line ending is removed; lines split on "\\n" alone, never on the other Unicode line
     breaks that ``str.splitlines`` knows, which would break the alignment of parallel files.
@@ -62,24 +63,38 @@ def read_lines(path: str | Path) -> list[str]:
     _check_file(path)
     try:
         with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
-            return _decoded(iter(f), str(path))
+            yield from _decoded(f, str(path))
     except (OSError, EOFError, zlib.error) as error:
         raise UserError(f"{path}: cannot read: {error}") from None
 
 
-def read_parallel(src_path: str | Path, tgt_path: str | Path) -> list[Pair]:
-    """Pairs from two line-aligned files, which must have the same number of lines.
+def read_lines(path: str | Path) -> list[str]:
+    """All the lines of ``iter_lines(path)``."""
+    return list(iter_lines(path))
+
+
+def iter_parallel(src_path: str | Path, tgt_path: str | Path) -> Iterator[Pair]:
+    """Pairs from two line-aligned files, read in step; their line counts must agree.
 
     Args:
         src_path: the source-language file.
         tgt_path: the target-language file.
     """
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
-    if len(src) != len(tgt):
-        raise UserError(
-            f"line counts differ: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)}"
-        )
-    return list(zip(src, tgt, strict=True))
+    end = object()
+    src, tgt = iter_lines(src_path), iter_lines(tgt_path)
+    for count, (s, t) in enumerate(itertools.zip_longest(src, tgt, fillvalue=end)):
+        if s is end or t is end:  # one file ended: count the rest of the other for the message
+            rest = 1 + sum(1 for _ in (tgt if s is end else src))
+            n_src, n_tgt = (count, count + rest) if s is end else (count + rest, count)
+            raise UserError(
+                f"line counts differ: {src_path} has {n_src} lines, {tgt_path} has {n_tgt}"
+            )
+        yield s, t  # type: ignore[misc]
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> list[Pair]:
+    """All the pairs of ``iter_parallel``."""
+    return list(iter_parallel(src_path, tgt_path))
 
 
 def _zip_member(archive: zipfile.ZipFile, path: Path) -> str:
@@ -96,22 +111,25 @@ def _zip_member(archive: zipfile.ZipFile, path: Path) -> str:
     return members[0]
 
 
-def _tsv_lines(path: Path) -> tuple[list[str], str]:
-    """The lines of a TSV file or of the data member of a zip, and a name for messages."""
+def _tsv_lines(path: Path) -> Iterator[tuple[str, str]]:
+    """(line, name for messages) of a TSV file or of the data member of a zip, one at a time."""
     if path.suffix != ".zip":
-        return read_lines(path), str(path)
+        for line in iter_lines(path):
+            yield line, str(path)
+        return
     _check_file(path)
     try:
         with zipfile.ZipFile(path) as archive:
             member = _zip_member(archive, path)
             name = f"{path}:{member}"
             with archive.open(member) as f:
-                return _decoded(iter(f), name), name
+                for line in _decoded(f, name):
+                    yield line, name
     except (OSError, EOFError, zlib.error, zipfile.BadZipFile) as error:
         raise UserError(f"{path}: cannot read the zip: {error}") from None
 
 
-def read_tsv_pairs(path: str | Path, first_is_source: bool = True) -> list[Pair]:
+def iter_tsv_pairs(path: str | Path, first_is_source: bool = True) -> Iterator[Pair]:
     """Pairs from ``col1<TAB>col2[<TAB>more...]`` lines (.tsv, .txt, or a .zip holding one).
 
     Columns after the second (the Anki attribution) are ignored. A blank line counts as an
@@ -121,9 +139,7 @@ def read_tsv_pairs(path: str | Path, first_is_source: bool = True) -> list[Pair]
         path: the file.
         first_is_source: True: (col1, col2); False: (col2, col1).
     """
-    lines, name = _tsv_lines(Path(path))
-    pairs = []
-    for number, line in enumerate(lines, 1):
+    for number, (line, name) in enumerate(_tsv_lines(Path(path)), 1):
         columns = line.split("\t")
         if len(columns) < 2:
             if line.strip():
@@ -134,12 +150,23 @@ def read_tsv_pairs(path: str | Path, first_is_source: bool = True) -> list[Pair]
                 )
             columns = ["", ""]
         first, second = columns[0], columns[1]
-        pairs.append((first, second) if first_is_source else (second, first))
-    return pairs
+        yield (first, second) if first_is_source else (second, first)
+
+
+def read_tsv_pairs(path: str | Path, first_is_source: bool = True) -> list[Pair]:
+    """All the pairs of ``iter_tsv_pairs``."""
+    return list(iter_tsv_pairs(path, first_is_source))
 
 
 def drop_empty(pairs: list[Pair]) -> tuple[list[Pair], int]:
     """Strips both sides and drops pairs with an empty side; returns (kept, number dropped)."""
-    stripped = [(src.strip(), tgt.strip()) for src, tgt in pairs]
-    kept = [(src, tgt) for src, tgt in stripped if src and tgt]
+    kept = list(nonempty(pairs))
     return kept, len(pairs) - len(kept)
+
+
+def nonempty(pairs: Iterable[Pair]) -> Iterator[Pair]:
+    """The pairs with both sides stripped, without those with an empty side."""
+    for src, tgt in pairs:
+        src, tgt = src.strip(), tgt.strip()
+        if src and tgt:
+            yield src, tgt

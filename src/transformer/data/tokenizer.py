@@ -12,6 +12,7 @@ The models live in ``<model_dir>/tokenizer/``: ``joint.model``, or ``src.model``
 
 from __future__ import annotations
 
+import hashlib
 import io
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -141,6 +142,13 @@ class Tokenizers:
     @property
     def joint(self) -> bool:
         return self.src is self.tgt
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the SentencePiece models: what token ids made with them depend on."""
+        digest = hashlib.sha256(self.src.model)
+        if not self.joint:
+            digest.update(self.tgt.model)
+        return digest.hexdigest()
 
     @classmethod
     def train(cls, pairs: list[tuple[str, str]], data: DataConfig) -> Tokenizers:

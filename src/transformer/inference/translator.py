@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -55,10 +56,12 @@ def translate_ids(
         if PAD_ID in ids:
             raise ValueError(f"source sentence {i} contains the padding id {PAD_ID}")
     device = next(iter(model.parameters()), torch.empty(0)).device  # CPU for a parameterless stub
-    costs = [(max(len(ids), 1),) for ids in sentences]  # an empty source still takes a column
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    lengths = [len(ids) for ids in sentences]
+    widths = [max(n, 1) for n in lengths]  # an empty source still takes a column
+    order = np.argsort(lengths, kind="stable")
     results: dict[int, list[Hypothesis]] = {}
-    for indices in length_batches(costs, order, config.max_source_tokens, config.batch_size):
+    batches = length_batches(widths, None, order, config.max_source_tokens, config.batch_size)
+    for indices in (batch.tolist() for batch in batches):
         src_ids = pad([sentences[i] for i in indices], device)  # (B, S)
         found = search(model, src_ids, config, use_cache, generator)
         results.update(zip(indices, found, strict=True))

@@ -277,3 +277,26 @@ def resume_candidates(checkpoints: Path) -> list[Path]:
 def model_dir_of(folder: Path) -> Path:
     """The model directory a checkpoint folder belongs to (``OUT/checkpoints/NAME`` -> ``OUT``)."""
     return folder.parent.parent if folder.parent.name == "checkpoints" else folder
+
+
+def resume_point(checkpoints: Path) -> tuple[Path, dict] | None:
+    """The newest checkpoint whose files all load, and its trainer state; damaged ones are
+    skipped with a warning. None: the run has no checkpoint yet (it starts from step 0)."""
+    candidates = resume_candidates(checkpoints) if checkpoints.exists() else []
+    if not candidates:
+        log.warning(f"{checkpoints.parent} has no checkpoint yet: starting again from step 0 "
+                    "with its saved config")  # fmt: skip
+        return None
+    problems = []
+    for folder in candidates:
+        try:
+            state = load_trainer_state(folder)
+            read_weights(folder / WEIGHTS)
+        except UserError as error:
+            problems.append(str(error))
+            log.warning(f"{error}; trying an older checkpoint")
+            continue
+        if problems:
+            log.warning(f"resuming from {folder}, the newest intact checkpoint")
+        return folder, state
+    raise UserError(f"--resume: no checkpoint in {checkpoints} is intact: {problems[0]}")

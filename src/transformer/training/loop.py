@@ -15,31 +15,34 @@ import logging
 import random
 import shlex
 import shutil
+import signal
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from ..config import RunConfig, TrainConfig
-from ..device import autocast, grad_scaler, prepare_runtime, resolve_device
-from ..errors import Interrupted, UserError
+from ..data.batching import example_lengths
+from ..device import autocast, grad_scaler, prepare_runtime
+from ..errors import Interrupted, LostContact
 from ..model.transformer import Transformer
 from .checkpoint import (
     WEIGHTS,
     load_trainer_state,
     load_weights,
     prune_checkpoints,
-    read_index,
-    read_weights,
-    resume_candidates,
+    resume_point,
     save_checkpoint,
     update_index,
 )
+from .distributed import World, finish, init, shard, world_from_env
+from .divergence import Divergence
 from .loss import label_smoothed_nll
-from .metrics import MetricsLog
+from .metrics import MetricsLog, NoLog
 from .optimizer import clip_gradients, make_optimizer
 from .prepare import Prepared, prepare, save
 from .rundir import RunDir
@@ -51,7 +54,7 @@ from .schedule import (
     set_learning_rate,
 )
 from .signals import StopRequests
-from .state import Meter, Position, TrainerState, batch_stream, selection_score
+from .state import Meter, Position, TrainerState, index_stream, selection_score
 from .validate import validate
 
 log = logging.getLogger(__name__)
@@ -72,7 +75,8 @@ def train(
     overwrite: bool = False,
     progress: bool = True,
 ) -> TrainResult:
-    """Trains a model into ``out_dir`` (see rundir.py for its layout).
+    """Trains a model into ``out_dir`` (see rundir.py for its layout), in this process or, when
+    started by torchrun, in several (distributed.py).
 
     Nothing the user has is lost: ``out_dir`` is locked against a second training, everything
     is validated before anything is written, and ``overwrite`` keeps the old run until the new
@@ -86,44 +90,64 @@ def train(
         overwrite: start afresh even if ``out_dir`` already holds a run (otherwise an error).
         progress: show a tqdm progress bar.
     """
-    resolve_device(config.runtime.device)  # no CUDA where CUDA is asked for: say so, write nothing
+    world = world_from_env()
+    device = prepare_runtime(config.runtime, world.local_rank)  # before anything is written
+    init(world, device, config.runtime.timeout_minutes)
+    try:
+        return _train_here(config, out_dir, resume, overwrite, progress, world, device)
+    except (torch.distributed.DistError, RuntimeError) as error:
+        if not (world.distributed and _lost_contact(error)):
+            raise
+        reason = str(error).strip().splitlines()[0].split("] ")[-1]  # gloo's source path cut
+        raise LostContact(
+            f"lost contact with the other processes of the job ({reason[:160]}); the first "
+            f"rank that failed says why, and runtime.timeout_minutes="
+            f"{config.runtime.timeout_minutes:g} bounds the wait"
+        ) from error
+    finally:
+        finish(world)
+
+
+def _lost_contact(error: BaseException) -> bool:
+    """Whether ``error`` says another process stopped answering (rather than being a bug)."""
+    if isinstance(error, torch.distributed.DistError):
+        return True
+    text = str(error)
+    return any(word in text for word in ("gloo", "NCCL", "Timed out", "Connection closed"))
+
+
+def _train_here(
+    config: RunConfig, out_dir: Path, resume: bool, overwrite: bool, progress: bool,
+    world: World, device: torch.device,
+) -> TrainResult:  # fmt: skip
+    """``train`` in this process, which knows its place in the world."""
+    if not world.main:  # rank 0 prepares the data; the others use what it wrote
+        config, root, folder = world.broadcast(None)
+        saved = (folder, load_trainer_state(folder)) if folder is not None else None
+        run = RunDir(root)
+        return _train(Prepared.written(config, run), run, run, saved, resume, False, world,
+                      device)  # fmt: skip
     run = RunDir(out_dir)
     with run.locked():
         run.recover()
         run.check_start(resume, overwrite)
-        data = prepare(config, run, resume)
-        saved = _resume_point(run) if resume else None
+        try:
+            data = prepare(config, run, resume)
+        except BaseException:
+            shutil.rmtree(run.scratch, ignore_errors=True)  # a half-made training set
+            raise
+        saved = resume_point(run.checkpoints) if resume else None
         target = run.staging() if run.has_run() and not resume else run
         try:
-            if not resume:
-                save(data, target)
-            return _train(data, run, target, saved, resume, progress)
+            if resume:
+                run.adopt_data(run.scratch)  # a training set made again for this run
+            else:
+                save(data, target, run.scratch)
+            world.broadcast((data.config, target.root, saved[0] if saved else None))
+            return _train(data, run, target, saved, resume, progress, world, device)
         finally:
             if target is not run:  # stopped before its first checkpoint: the old run stays
                 shutil.rmtree(target.root, ignore_errors=True)
-
-
-def _resume_point(run: RunDir) -> tuple[Path, dict] | None:
-    """The newest checkpoint whose files all load, and its trainer state; damaged ones are
-    skipped with a warning. None: the run has no checkpoint yet (it starts from step 0)."""
-    candidates = resume_candidates(run.checkpoints) if run.checkpoints.exists() else []
-    if not candidates:
-        log.warning(f"{run.root} has no checkpoint yet: starting again from step 0 with its "
-                    "saved config")  # fmt: skip
-        return None
-    problems = []
-    for folder in candidates:
-        try:
-            state = load_trainer_state(folder)
-            read_weights(folder / WEIGHTS)
-        except UserError as error:
-            problems.append(str(error))
-            log.warning(f"{error}; trying an older checkpoint")
-            continue
-        if problems:
-            log.warning(f"resuming from {folder}, the newest intact checkpoint")
-        return folder, state
-    raise UserError(f"--resume: no checkpoint in {run.checkpoints} is intact: {problems[0]}")
 
 
 def _train(
@@ -133,48 +157,57 @@ def _train(
     saved: tuple[Path, dict] | None,
     resume: bool,
     progress: bool,
+    world: World,
+    device: torch.device,
 ) -> TrainResult:
     """The loop itself, writing into ``target`` (``run`` itself, or its staging folder until the
-    first checkpoint is saved)."""
+    first checkpoint is saved); on ranks other than 0 it writes nothing."""
     config, t, runtime = data.config, data.config.train, data.config.runtime
-    # The hardware, chosen once (device.py): device, precision, scaler, compile.
-    device = prepare_runtime(runtime)
+    # The hardware, chosen once (device.py): device, precision, scaler, compile, DDP.
     scaler = grad_scaler(device, runtime.precision)
     torch.manual_seed(t.seed)
     random.seed(t.seed)
     model = Transformer(config.model).to(device)
-    forward = torch.compile(model, dynamic=True) if runtime.compile else model
+    if world.distributed:
+        torch.manual_seed(t.seed + 1000 * world.rank)  # each rank its own dropout masks
+    trained = DDP(model, device_ids=[device] if device.type == "cuda" else None) if (
+        world.distributed) else model  # fmt: skip
+    forward = torch.compile(trained, dynamic=True) if runtime.compile else trained
     optimizer = make_optimizer(model, t)
-    log_file = MetricsLog(target.metrics, target.tensorboard, resume=resume)
+    log_file = MetricsLog(target.metrics, target.tensorboard, resume) if world.main else NoLog()
     state = TrainerState()
     if saved is not None:
         folder, trainer = saved
         load_weights(model, folder / WEIGHTS)
-        state = TrainerState.restore(trainer, optimizer, scaler)
+        state = TrainerState.restore(trainer, optimizer, scaler, world)
         log_file.write(event="resume", step=state.step, checkpoint=folder.name)
     else:
         parameters = sum(p.numel() for p in model.parameters())
-        log_file.write(event="start", **data.stats, parameters=parameters, device=str(device))
+        log_file.write(event="start", **data.stats, parameters=parameters, device=str(device),
+                       world_size=world.size)  # fmt: skip
     watch = Divergence(device, check_grad_norm=not scaler.is_enabled())
 
     def checkpoint(is_best: bool) -> Path:
         nonlocal target
-        watch.check(target.checkpoints)  # never save weights that a NaN has reached
+        watch.check(target.checkpoints, world)  # never save weights that a NaN has reached
         name = f"step_{state.step:08d}"
-        trainer = state.to_dict(optimizer, scaler)
-        save_checkpoint(target.checkpoints, name, model, config, trainer)
-        update_index(target.checkpoints, last=name, **({"best": name} if is_best else {}))
-        if target is not run:  # the new run has a checkpoint: now it may replace the old one
-            run.adopt(target)
-            target = run
-        prune_checkpoints(target.checkpoints, t.keep_checkpoints)
+        trainer = state.to_dict(optimizer, scaler, world)  # every rank's random state
+        if world.main:
+            save_checkpoint(target.checkpoints, name, model, config, trainer)
+            update_index(target.checkpoints, last=name, **({"best": name} if is_best else {}))
+            if target is not run:  # the new run has a checkpoint: it may replace the old one
+                run.adopt(target)
+                target = run
+            prune_checkpoints(target.checkpoints, t.keep_checkpoints)
+        world.barrier()  # the others wait for the checkpoint
         return target.checkpoints / name
 
     factor = schedule_factor(config.model.d_model, t.warmup_steps, t.lr_factor, t.peak_lr)
-    stream = batch_stream(data.train, t.max_tokens, t.seed, state.position)
+    stream = index_stream(data.train, t.max_tokens, t.seed, state.position)
+    target_lengths = example_lengths(data.train)[1]  # decoder-input lengths: tokens per batch
     limit = f"train, at most {t.max_minutes:g} min" if t.max_minutes else "train"
-    bar = tqdm(total=t.max_steps, initial=state.step, disable=not progress, unit="step",
-               desc=limit, dynamic_ncols=True)  # fmt: skip
+    bar = tqdm(total=t.max_steps, initial=state.step, disable=not (progress and world.main),
+               unit="step", desc=limit, dynamic_ncols=True)  # fmt: skip
     meter = Meter(device)
     started = time.perf_counter() - state.elapsed
     model.train()
@@ -187,19 +220,23 @@ def _train(
                 run_progress(state.step, seconds, t.max_steps, t.max_minutes), t.cooldown
             )
             set_learning_rate(optimizer, lr)
-            batches = []
-            for _ in range(t.accumulate):
-                state.position, batch = next(stream)
-                batches.append(batch)
-            n_tokens = sum(b.n_tokens for b in batches)  # counted on the CPU: no device sync
+            group = []  # the step's batches, the same on every rank
+            for _ in range(t.accumulate * world.size):
+                state.position, indices = next(stream)
+                group.append(indices)
+            # The step's target tokens, counted on the CPU (no device sync), over every rank.
+            n_tokens = sum(int(target_lengths[indices].sum()) for indices in group)
             optimizer.zero_grad(set_to_none=True)
-            for batch in batches:
-                batch = batch.to(device)
-                with autocast(device, runtime.precision):
-                    logits = forward(batch.src, batch.tgt_in)  # (B, T, V)
-                    sums = label_smoothed_nll(logits, batch.tgt_out, t.label_smoothing)
+            mine = shard(group, world)
+            for j, indices in enumerate(mine):
+                batch = data.train.batch(indices).to(device)
+                last = j == len(mine) - 1  # DDP averages the gradients after the last one only
+                with nullcontext() if last or not world.distributed else trained.no_sync():
+                    with autocast(device, runtime.precision):
+                        logits = forward(batch.src, batch.tgt_in)  # (B, T, V)
+                        sums = label_smoothed_nll(logits, batch.tgt_out, t.label_smoothing)
+                    scaler.scale(sums.loss * world.size / n_tokens).backward()
                 watch.loss(state.step, sums.loss)
-                scaler.scale(sums.loss / n_tokens).backward()
                 meter.add(sums, batch.n_padded)
             scaler.unscale_(optimizer)
             grad_norm = clip_gradients(model, t.clip_norm)  # a tensor: read at log steps only
@@ -209,37 +246,41 @@ def _train(
             bar.update(1)
 
             if state.step % t.log_every == 0:
-                watch.check(target.checkpoints)
-                row = {"step": state.step, "epoch": state.position.epoch, **meter.summary(),
-                       "lr": lr, "grad_norm": float(grad_norm)}  # fmt: skip
+                watch.check(target.checkpoints, world)
+                row = {"step": state.step, "epoch": state.position.epoch,
+                       **meter.summary(world), "lr": lr, "grad_norm": float(grad_norm)}  # fmt: skip
                 log_file.write(**row)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{row['ppl']:.2f}",
                                 lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_s']:.0f}")  # fmt: skip
                 meter = Meter(device)
 
             done = _finished(state.step, state.position, t, time.perf_counter() - started)
+            done = world.any(done, device)  # a time limit: every rank stops at the same step
+            stopping = world.any(stop.requested, device)
             improved = False
             if state.step % t.validate_every == 0 or done:
-                watch.check(target.checkpoints)
-                validated = validate(model, data, config)
-                score = selection_score(validated, t.best_metric)
-                improved = score >= state.best_score  # ties: the later checkpoint
-                state.best_score = max(state.best_score, score)
-                state.best_valid_nll = min(state.best_valid_nll, validated["valid_nll"])
-                log_file.write(step=state.step, **validated)
-                bar.write(_describe(state.step, validated))
-                model.train()
-            if state.step % t.save_every == 0 or done or improved or stop.requested:
+                watch.check(target.checkpoints, world)
+                if world.main:
+                    validated = validate(model, data, config)
+                    score = selection_score(validated, t.best_metric)
+                    improved = score >= state.best_score  # ties: the later checkpoint
+                    state.best_score = max(state.best_score, score)
+                    state.best_valid_nll = min(state.best_valid_nll, validated["valid_nll"])
+                    log_file.write(step=state.step, **validated)
+                    bar.write(_describe(state.step, validated))
+                    model.train()
+                improved = world.broadcast(improved)
+            if state.step % t.save_every == 0 or done or improved or stopping:
                 state.elapsed = time.perf_counter() - started
                 saved_to = checkpoint(is_best=improved)
-            if stop.requested:
+            if stopping:
                 bar.close()
                 log_file.write(event="interrupted", step=state.step, signal=stop.name)
                 log_file.close()
                 raise Interrupted(
                     f"{stop.name} at step {state.step}: saved {saved_to}; continue with: "
                     f"transformer train --out {shlex.quote(str(run.root))} --resume",
-                    128 + stop.signum,
+                    128 + (stop.signum or signal.SIGTERM),
                 )
     bar.close()
     state.elapsed = time.perf_counter() - started
@@ -249,39 +290,6 @@ def _train(
     return TrainResult(run.root, state.step, state.best_valid_nll, state.elapsed)
 
 
-class Divergence:
-    """Watches for a non-finite loss or gradient norm without stopping the device every step:
-    the first bad step is kept on the device and read at log, validation and save points, so a
-    NaN never reaches a saved checkpoint. (With fp16 the GradScaler skips steps with infinite
-    gradients itself, so only the loss is watched.)"""
-
-    def __init__(self, device: torch.device, check_grad_norm: bool) -> None:
-        self.check_grad_norm = check_grad_norm
-        self.first = torch.zeros((), dtype=torch.long, device=device)  # 0: none yet
-        self.what = torch.zeros((), dtype=torch.long, device=device)  # 1: loss, 2: grad norm
-        self.value = torch.zeros((), device=device)
-
-    def _see(self, step: int, value: Tensor, kind: int) -> None:
-        new = (self.first == 0) & ~torch.isfinite(value)
-        self.first = torch.where(new, step, self.first)
-        self.what = torch.where(new, kind, self.what)
-        self.value = torch.where(new, value.detach().float(), self.value)
-
-    def loss(self, step: int, value: Tensor) -> None:
-        self._see(step, value, 1)
-
-    def grad_norm(self, step: int, value: Tensor) -> None:
-        if self.check_grad_norm:
-            self._see(step, value, 2)
-
-    def check(self, checkpoints: Path) -> None:
-        """Stops training (UserError) if a step went bad, naming it and the last good checkpoint."""
-        step = int(self.first)
-        if step:
-            what = "loss" if int(self.what) == 1 else "gradient norm"
-            _diverged(step, f"{what} is {float(self.value)}", checkpoints)
-
-
 def _finished(step: int, position: Position, t: TrainConfig, seconds: float) -> bool:
     """Whether a limit is reached: steps, complete epochs, or minutes."""
     if step >= t.max_steps:
@@ -289,14 +297,6 @@ def _finished(step: int, position: Position, t: TrainConfig, seconds: float) -> 
     if t.max_epochs and position.epoch >= t.max_epochs:
         return True
     return bool(t.max_minutes) and seconds >= 60 * t.max_minutes
-
-
-def _diverged(step: int, what: str, checkpoints: Path) -> None:
-    last = read_index(checkpoints).get("last")
-    kept = (
-        f"the last good checkpoint is {checkpoints / last}" if last else "no checkpoint was saved"
-    )
-    raise UserError(f"{what} at step {step}: training stopped; {kept}")
 
 
 def _describe(step: int, v: dict) -> str:

@@ -42,3 +42,13 @@ def read_metrics(out_dir: Path) -> list[dict]:
     path = out_dir / "metrics.jsonl"
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+class NoLog:
+    """The log of a process that does not write one (ranks other than 0)."""
+
+    def write(self, **row: object) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -1,18 +1,28 @@
-"""From a RunConfig to token-id examples: corpus -> splits -> SentencePiece -> filtered pairs.
+"""From a RunConfig to token ids: corpus -> splits -> SentencePiece -> binarized pairs.
 
-The model's vocabulary sizes come from the tokenizers trained here; ``save`` writes them and the
-completed config into the run's folder. On ``--resume`` the saved tokenizers are reused.
+The corpus is streamed, never held whole: SentencePiece trains on a bounded random sample of
+the training pairs (``data.tokenizer_sample``), and the pairs are encoded chunk by chunk into a
+memory-mapped dataset (``data/binarized.py``). The model's vocabulary sizes come from the
+tokenizers trained here; ``save`` writes them, the completed config and the dataset into the
+run's folder. On ``--resume`` the saved tokenizers (and, when it still fits, the dataset) are
+reused.
 """
 
 from __future__ import annotations
 
 import logging
+import random
+import shutil
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 from ..config import RunConfig
 from ..data.batching import Example, encode_source
-from ..data.corpora import load_splits
-from ..data.splits import Splits
+from ..data.binarized import Binarized, TokenDataset, binarize, read_meta
+from ..data.corpora import stream_splits
+from ..data.readers import Pair
+from ..data.splits import PairStream
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from .rundir import RunDir
@@ -31,11 +41,17 @@ class Prepared:
 
     config: RunConfig  # with the real vocabulary sizes
     tokenizers: Tokenizers
-    train: list[Example]
+    train: TokenDataset  # binarized, memory-mapped
     valid: list[Example]
     valid_pairs: list[tuple[str, str]]  # raw text, for BLEU
     test_pairs: list[tuple[str, str]]
     stats: dict[str, object]
+
+    @classmethod
+    def written(cls, config: RunConfig, run: RunDir) -> Prepared:
+        """What rank 0 prepared and wrote into ``run``, for the other ranks (which neither
+        validate nor test): the tokenizers and the binarized training set."""
+        return cls(config, Tokenizers.load(run.root), TokenDataset.open(run.data), [], [], [], {})
 
 
 def encode_pairs(
@@ -75,20 +91,24 @@ def check_resumable(saved: RunConfig, requested: RunConfig) -> None:
 
 
 def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
-    """Loads the corpus, trains (or reloads) the tokenizers, and encodes and filters the pairs.
+    """Streams the corpus, trains (or reloads) the tokenizers, and binarizes the training pairs.
 
-    Everything is validated and nothing is written (``save`` does that), so a mistake in the
-    data or the config never leaves a half-made run behind.
+    Nothing of the run is written (``save`` does that), so a mistake in the data or the config
+    never leaves a half-made run behind; the binarized training set goes to the run's scratch
+    folder (``RunDir.scratch``), which ``save`` moves into place. On ``--resume`` the saved
+    tokenizers are reused, and so is the saved binarized set when it was made from the same
+    data and tokenizers (otherwise it is made again).
     """
     if resume:
         check_resumable(run.saved_config(), config)
-    splits: Splits = load_splits(config.data)
-    if not splits.train:
-        raise UserError(f"no training pairs in {splits.source}")
+    splits = stream_splits(config.data)
     if resume:
         tokenizers = Tokenizers.load(run.root)
     else:
-        tokenizers = Tokenizers.train(splits.train, config.data)
+        sample = reservoir(splits.train, config.data.tokenizer_sample, config.data.split_seed)
+        if not sample:
+            raise UserError(f"no training pairs in {splits.source}")
+        tokenizers = Tokenizers.train(sample, config.data)
     sizes = tokenizers.src.vocab_size, tokenizers.tgt.vocab_size
     try:
         model = replace(config.model, src_vocab_size=sizes[0], tgt_vocab_size=sizes[1])
@@ -98,8 +118,10 @@ def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
     config = replace(config, model=model)
 
     max_len = min(config.data.max_len, config.model.max_positions)
-    train, _ = encode_pairs(splits.train, tokenizers, max_len)
-    if not train:
+    provenance = {"data": asdict(config.data), "max_len": max_len,
+                  "tokenizers": tokenizers.fingerprint()}  # fmt: skip
+    train = _training_set(splits.train, tokenizers, max_len, run, provenance)
+    if not train.kept:
         raise UserError(
             f"every training pair is longer than data.max_len={max_len} tokens on one side; "
             "raise data.max_len (and model.max_positions)"
@@ -107,19 +129,47 @@ def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
     valid, kept = encode_pairs(splits.valid, tokenizers, max_len)
     stats = {
         "source": splits.source,
-        "train_pairs": len(train),
+        "train_pairs": train.kept,
         "valid_pairs": len(valid),
         "test_pairs": len(splits.test),
-        "skipped_empty": splits.skipped_empty,
-        "filtered_long_train": len(splits.train) - len(train),
+        "skipped_empty": splits.skipped_empty + splits.train.skipped,
+        "filtered_long_train": train.too_long,
         "filtered_long_valid": len(splits.valid) - len(valid),
         "src_vocab": tokenizers.src.vocab_size,
         "tgt_vocab": tokenizers.tgt.vocab_size,
     }
     _say_what_was_left_out(stats, config, max_len, resume)
-    return Prepared(
-        config, tokenizers, train, valid, [splits.valid[i] for i in kept], splits.test, stats
-    )
+    valid_pairs = [splits.valid[i] for i in kept]
+    return Prepared(config, tokenizers, train.dataset, valid, valid_pairs, splits.test, stats)
+
+
+def _training_set(
+    pairs: PairStream, tokenizers: Tokenizers, max_len: int, run: RunDir, provenance: dict
+) -> Binarized:
+    """The run's binarized training set if it was made from the same data and tokenizers,
+    else a new one in the scratch folder (streamed through the corpus once)."""
+    meta = read_meta(run.data)
+    if meta is not None and {k: meta.get(k) for k in provenance} == provenance:
+        dataset = TokenDataset.open(run.data)
+        pairs.skipped = meta.get("skipped_empty", 0)
+        return Binarized(dataset, len(dataset), meta.get("too_long", 0))
+    shutil.rmtree(run.scratch, ignore_errors=True)
+    return binarize(pairs, tokenizers, max_len, run.scratch, provenance)
+
+
+def reservoir(pairs: Iterable[Pair], size: int, seed: int) -> list[Pair]:
+    """At most ``size`` pairs drawn uniformly from a stream of any length (Algorithm R), in one
+    pass and bounded memory; a stream no longer than ``size`` comes back whole, in order."""
+    rng = random.Random(seed)
+    sample: list[Pair] = []
+    for seen, pair in enumerate(pairs):
+        if seen < size:
+            sample.append(pair)
+        else:
+            j = int(rng.random() * (seen + 1))
+            if j < size:
+                sample[j] = pair
+    return sample
 
 
 def _say_what_was_left_out(stats: dict, config: RunConfig, max_len: int, resume: bool) -> None:
@@ -143,7 +193,9 @@ def _say_what_was_left_out(stats: dict, config: RunConfig, max_len: int, resume:
         )
 
 
-def save(prepared: Prepared, run: RunDir) -> None:
-    """Writes the tokenizers and the completed config into the run's folder."""
+def save(prepared: Prepared, run: RunDir, scratch: Path) -> None:
+    """Writes the tokenizers and the completed config into the run's folder, and moves the
+    binarized training set there from ``scratch`` (its memory maps stay valid)."""
     prepared.tokenizers.save(run.root)
+    run.adopt_data(scratch)
     run.save_config(prepared.config.to_dict())

@@ -5,6 +5,7 @@
     OUT/metrics.jsonl    one JSON object per log line / validation
     OUT/tensorboard/     when tensorboard is installed
     OUT/checkpoints/     index.json and step_* folders (checkpoint.py)
+    OUT/data/train/      the binarized training set (data/binarized.py)
     OUT/.lock            held (flock) by the training that writes into OUT
     OUT/.staging/        a new run that --overwrite builds aside, swapped in at its first checkpoint
 
@@ -44,7 +45,9 @@ class RunDir:
     METRICS = "metrics.jsonl"
     TENSORBOARD = "tensorboard"
     CHECKPOINTS = "checkpoints"
-    ENTRIES = (CONFIG, TOKENIZER, METRICS, TENSORBOARD, CHECKPOINTS)  # what a run owns in OUT
+    DATA = "data"
+    ENTRIES = (CONFIG, TOKENIZER, METRICS, TENSORBOARD, CHECKPOINTS, DATA)  # what a run owns
+    SCRATCH = ".tmp-data"  # a binarized dataset being made, before the run adopts it
     LOCK = ".lock"
     STAGING = ".staging"
     REPLACED = ".replaced"  # the old run's entries during a swap
@@ -75,6 +78,25 @@ class RunDir:
     @property
     def checkpoints(self) -> Path:
         return self.root / self.CHECKPOINTS
+
+    @property
+    def data(self) -> Path:
+        """The binarized training set (data/binarized.py)."""
+        return self.root / self.DATA / "train"
+
+    @property
+    def scratch(self) -> Path:
+        return self.root / self.SCRATCH
+
+    def adopt_data(self, scratch: Path) -> None:
+        """Moves a binarized training set made in ``scratch`` into place (nothing to do if none
+        was made); memory maps of its files stay valid."""
+        if not scratch.exists():
+            return
+        self.data.parent.mkdir(parents=True, exist_ok=True)
+        if self.data.exists():
+            shutil.rmtree(self.data)
+        os.rename(scratch, self.data)
 
     def has_run(self) -> bool:
         """Whether a training has written its config or a checkpoint here."""
@@ -196,6 +218,7 @@ class RunDir:
                 f"checkpoint (the run in {self.root} was kept)"
             )
         shutil.rmtree(self.root / self.REPLACED, ignore_errors=True)
+        shutil.rmtree(self.scratch, ignore_errors=True)
         if self.checkpoints.exists():
             removed = clean_checkpoints(self.checkpoints)
             if removed:

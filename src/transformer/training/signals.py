@@ -24,9 +24,8 @@ class StopRequests:
 
     @property
     def name(self) -> str:
-        return {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIGTERM)"}[
-            self.signum
-        ]
+        names = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIGTERM)"}
+        return names.get(self.signum, "stopped (another process of the run was signalled)")
 
     def _handle(self, signum: int, frame: object) -> None:
         if self.requested:

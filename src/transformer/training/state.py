@@ -6,17 +6,22 @@ Shapes: none; plain numbers and the optimizer's own state.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ..data.batching import Batch, Example, collate, make_batches
 from ..device import rng_state, set_rng_state
 from ..errors import UserError
+from .distributed import World
 from .loss import LossSums
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -27,10 +32,11 @@ class Position:
     batch: int = 0
 
 
-def batch_stream(
-    examples: list[Example], max_tokens: int, seed: int, start: Position
-) -> Iterator[tuple[Position, Batch]]:
-    """Yields (position of the next batch, batch) forever, epoch after epoch, from ``start``.
+def index_stream(
+    examples: Sequence[Example], max_tokens: int, seed: int, start: Position
+) -> Iterator[tuple[Position, np.ndarray]]:
+    """Yields (position of the next batch, a batch's example indices) forever, epoch after
+    epoch, from ``start``: the one global stream of batches every rank reads.
 
     After the last batch of epoch e the next position is (e + 1, 0): the epoch is complete.
     """
@@ -39,8 +45,16 @@ def batch_stream(
         order = make_batches(examples, max_tokens, seed, epoch)
         for i in range(first, len(order)):
             after = Position(epoch, i + 1) if i + 1 < len(order) else Position(epoch + 1, 0)
-            yield after, collate([examples[j] for j in order[i]])
+            yield after, order[i]
         epoch, first = epoch + 1, 0
+
+
+def batch_stream(
+    examples: Sequence[Example], max_tokens: int, seed: int, start: Position
+) -> Iterator[tuple[Position, Batch]]:
+    """``index_stream`` with each batch padded into tensors."""
+    for position, indices in index_stream(examples, max_tokens, seed, start):
+        yield position, collate([examples[j] for j in indices])
 
 
 @dataclass
@@ -58,7 +72,10 @@ class TrainerState:
     best_valid_nll: float = math.inf
 
     def to_dict(
-        self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None = None
+        self,
+        optimizer: torch.optim.Optimizer,
+        scaler: torch.amp.GradScaler | None = None,
+        world: World = World(),  # noqa: B008 (frozen)
     ) -> dict:
         return {
             "step": self.step,
@@ -68,7 +85,9 @@ class TrainerState:
             "best_valid_nll": self.best_valid_nll,
             "optimizer": optimizer.state_dict(),
             "scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else {},
-            "rng": rng_state(),  # Python, torch CPU and CUDA
+            "rng": rng_state(),  # Python, torch CPU and CUDA (of rank 0)
+            "rng_ranks": world.gather(rng_state()) if world.distributed else [],
+            "world_size": world.size,
         }
 
     @classmethod
@@ -77,9 +96,18 @@ class TrainerState:
         saved: dict,
         optimizer: torch.optim.Optimizer,
         scaler: torch.amp.GradScaler | None = None,
+        world: World = World(),  # noqa: B008 (frozen)
     ) -> TrainerState:
         """The state in ``saved``; the optimizer, the scaler and the RNGs are restored as a side
-        effect. Checkpoints written before ``best_score`` existed rank by validation loss."""
+        effect. Checkpoints written before ``best_score`` existed rank by validation loss. Each
+        rank takes back its own random state; with another number of processes than the run
+        was saved with, each step reads world_size × accumulate batches of the same stream, so
+        the run goes on with a different global batch (a warning says so)."""
+        if saved.get("world_size", 1) != world.size:
+            log.warning(
+                f"resuming a run saved with {saved.get('world_size', 1)} process(es) with "
+                f"{world.size}: each step now takes {world.size} x accumulate batches instead"
+            )
         try:
             optimizer.load_state_dict(saved["optimizer"])
         except ValueError as error:  # e.g. one parameter group (Adam) before the AdamW groups
@@ -89,7 +117,10 @@ class TrainerState:
             ) from None
         if scaler is not None and saved.get("scaler"):
             scaler.load_state_dict(saved["scaler"])
-        if "rng" in saved:
+        ranks = saved.get("rng_ranks") or []
+        if world.rank < len(ranks) and saved.get("world_size") == world.size:
+            set_rng_state(ranks[world.rank])
+        elif "rng" in saved:
             set_rng_state(saved["rng"])
         else:  # written before the CUDA state was saved too
             set_rng_state({"python": saved["rng_python"], "torch": saved["rng_torch"]})
@@ -127,12 +158,16 @@ class Meter:
         self.tokens += sums.n_tokens
         self.padded += padded
 
-    def summary(self) -> dict[str, float]:
-        """Mean loss, perplexity, and tokens per second (source + target, padding included)."""
-        tokens = max(int(self.tokens), 1)
+    def summary(self, world: World = World()) -> dict[str, float]:  # noqa: B008 (frozen)
+        """Mean loss, perplexity, and tokens per second (source + target, padding included),
+        over every rank."""
+        sums = torch.stack([self.loss, self.nll, self.tokens.float(),
+                            torch.tensor(float(self.padded), device=self.loss.device)])  # fmt: skip
+        loss, nll, tokens, padded = world.sum(sums).tolist()
+        tokens = max(tokens, 1.0)
         seconds = time.perf_counter() - self.start
         return {
-            "loss": float(self.loss) / tokens,
-            "ppl": math.exp(min(float(self.nll) / tokens, 50)),
-            "tokens_per_s": self.padded / seconds,
+            "loss": loss / tokens,
+            "ppl": math.exp(min(nll / tokens, 50)),
+            "tokens_per_s": padded / seconds,
         }

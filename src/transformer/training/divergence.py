@@ -1,0 +1,57 @@
+"""A non-finite loss or gradient norm stops training at once, naming its step and keeping the
+last good checkpoint, without reading anything back from the device on every step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ..errors import UserError
+from .checkpoint import read_index
+from .distributed import World
+
+
+class Divergence:
+    """Watches for a non-finite loss or gradient norm without stopping the device every step:
+    the first bad step is kept on the device and read at log, validation and save points, so a
+    NaN never reaches a saved checkpoint. (With fp16 the GradScaler skips steps with infinite
+    gradients itself, so only the loss is watched.)"""
+
+    def __init__(self, device: torch.device, check_grad_norm: bool) -> None:
+        self.check_grad_norm = check_grad_norm
+        self.first = torch.zeros((), dtype=torch.long, device=device)  # 0: none yet
+        self.what = torch.zeros((), dtype=torch.long, device=device)  # 1: loss, 2: grad norm
+        self.value = torch.zeros((), device=device)
+
+    def _see(self, step: int, value: Tensor, kind: int) -> None:
+        new = (self.first == 0) & ~torch.isfinite(value)
+        self.first = torch.where(new, step, self.first)
+        self.what = torch.where(new, kind, self.what)
+        self.value = torch.where(new, value.detach().float(), self.value)
+
+    def loss(self, step: int, value: Tensor) -> None:
+        self._see(step, value, 1)
+
+    def grad_norm(self, step: int, value: Tensor) -> None:
+        if self.check_grad_norm:
+            self._see(step, value, 2)
+
+    def check(self, checkpoints: Path, world: World = World()) -> None:  # noqa: B008
+        """Stops training (UserError) if a step went bad on any rank, naming the first such
+        step and the last good checkpoint."""
+        seen = world.gather((int(self.first), int(self.what), float(self.value)))
+        bad = [s for s in seen if s[0]]
+        if bad:
+            step, what, value = min(bad)
+            diverged(step, f"{'loss' if what == 1 else 'gradient norm'} is {value}", checkpoints)
+
+
+def diverged(step: int, what: str, checkpoints: Path) -> None:
+    """Raises the UserError that stops a training that went bad at ``step``."""
+    last = read_index(checkpoints).get("last")
+    kept = (
+        f"the last good checkpoint is {checkpoints / last}" if last else "no checkpoint was saved"
+    )
+    raise UserError(f"{what} at step {step}: training stopped; {kept}")
