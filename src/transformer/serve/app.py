@@ -153,10 +153,12 @@ def create_app(translator: Translator, config: ServeConfig = ServeConfig()) -> F
         def inspect() -> dict:
             with torch.inference_mode(), translator.precision():
                 seen = inspect_sentence(model, translator.tokenizers, body.sentence, decode)
-            weights = [layer.cross_attention[0].float() for layer in seen.maps.decoder]  # (H, T, S)
+            # Rounded in float64: a float32 0.0001 would reach the JSON as 9.999999747378752e-05.
+            weights = [layer.cross_attention[0].double() for layer in seen.maps.decoder]
             return {"translation": seen.translation, "source_tokens": seen.src_labels,
                     "target_tokens": seen.tgt_labels,
-                    "cross_attention": [w.round(decimals=4).tolist() for w in weights]}  # fmt: skip
+                    "cross_attention": [w.round(decimals=4).tolist()  # (H, T, S) per layer
+                                        for w in weights]}  # fmt: skip
 
         found = await answer(lambda: batcher.call(inspect))
         return AttentionResponse(**found, time_ms=(time.perf_counter() - start) * 1000)
