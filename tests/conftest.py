@@ -1,11 +1,15 @@
-"""Shared fixtures: one small trained model for the command-line tests."""
+"""Shared fixtures: one small trained model for the command-line tests, and server processes."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from transformer.cli import config_from_args
+from transformer.config_serve import API_KEY_ENV
 from transformer.training.loop import train
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -25,6 +29,41 @@ def numbers_model(tmp_path_factory) -> Path:
     ]  # fmt: skip
     train(config_from_args(args), out, progress=False)
     return out
+
+
+@pytest.fixture
+def server_process():
+    """Starts ``python -m transformer serve MODEL --port 0 --device cpu ARGS`` and returns the
+    process and its URL (read from the line it prints); kills what is still running after."""
+    started: list[subprocess.Popen] = []
+
+    def start(model: Path, *args: str) -> tuple[subprocess.Popen, str]:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop(API_KEY_ENV, None)
+        command = [sys.executable, "-m", "transformer", "serve", str(model), "--port", "0",
+                   "--device", "cpu", *args]  # fmt: skip
+        proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+        started.append(proc)
+        said: list[str] = []
+        while not said or "listening on" not in said[-1]:
+            said.append(proc.stderr.readline())
+            if not said[-1]:  # it ended
+                proc.wait(10)
+                raise AssertionError("the server did not start:\n" + "".join(said))
+        return proc, said[-1].rsplit(" ", 1)[1].strip()
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--serve-model", help="model directory for tests/test_serve_page.py "
+                     "(default: the tiny model trained for the tests)")  # fmt: skip
+    parser.addoption("--screenshot", help="also save the screenshot of tests/test_serve_page.py "
+                     "here (e.g. docs/serve.png)")  # fmt: skip
 
 
 def pytest_collection_modifyitems(config, items):

@@ -83,12 +83,23 @@ def test_no_source_file_is_over_400_lines():
     assert {name: n for name, n in sizes.items() if n > 400} == {}
 
 
-@pytest.mark.parametrize("package", ["model", "data", "training", "inference", "inspect"])
+@pytest.mark.parametrize("package", ["model", "data", "training", "inference", "inspect", "serve"])
 def test_each_subpackage_names_its_public_api(package):
     module = importlib.import_module(f"transformer.{package}")
     assert module.__doc__ and module.__all__
     for name in module.__all__:
         assert getattr(module, name) is not None, name
+
+
+def test_only_the_command_line_imports_the_server():
+    # The serve extra (fastapi, uvicorn) stays optional: no other module needs it.
+    importers = {
+        name
+        for name, path in MODULES.items()
+        if not name.startswith("transformer.serve")
+        and any(edge.startswith("transformer.serve") for edge in imports_of(name, path))
+    }
+    assert importers == {"transformer.cli"}
 
 
 def test_the_top_level_keeps_its_names():

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from jsonargparse import ArgumentParser, set_parsing_settings
 
-from .config import SECTIONS, RunConfig, RuntimeConfig
+from .config import COMMAND_SECTIONS, SECTIONS, RunConfig, RuntimeConfig, ServeConfig
 from .config_files import build_config, builtin_configs, load_config
 from .errors import Terminated, UserError
 from .files import describe_os_error
@@ -208,6 +208,17 @@ def _attention(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     print("\n".join(lines))
 
 
+def _serve(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+    try:
+        from .serve import serve
+    except ModuleNotFoundError as error:  # the optional extra is not installed
+        raise UserError(f"transformer serve needs {error.name}: pip install "
+                        "'transformer[serve]' (fastapi, uvicorn)") from None  # fmt: skip
+
+    config = ServeConfig(**given.get("serve", {}))
+    serve(ns.model_dir, ns.checkpoint, config, _runtime(given), given.get("decode", {}))
+
+
 COMMANDS = {
     "info": Command("parameter counts per part of a model", ("model",), _info_options, _info),
     "train": Command("train a model on parallel text", tuple(SECTIONS), _train_options, _train,
@@ -225,6 +236,14 @@ COMMANDS = {
                          "default to the model's decode config."),
     "evaluate": Command("translate a test set and score it with sacreBLEU", ("decode", "runtime"),
                         _evaluate_options, _evaluate),
+    "serve": Command("serve translations over HTTP, with a web page",
+                     ("serve", "decode", "runtime"), _model_options, _serve,
+                     "Serves MODEL_DIR on http://127.0.0.1:8000 (--host, --port): POST /translate, "
+                     "POST /attention, GET /info, GET /health, the OpenAPI schema at "
+                     "/openapi.json and a web page at /. Another address than loopback needs an "
+                     "API key (--api-key or $TRANSFORMER_API_KEY). Concurrent requests are "
+                     "decoded together; --decode.* sets the default search. SIGTERM or Ctrl-C "
+                     "finishes the requests in flight, then exits 0."),
     "average": Command("average the last N checkpoints into one", (), _average_options, _average),
     "explain": Command("the lecture notes' worked examples, step by step", (), _explain_options,
                        _explain),
@@ -245,7 +264,9 @@ def build_parser(name: str) -> ArgumentParser:
                             command.help, exit_on_error=False, allow_abbrev=False)  # fmt: skip
     command.options(parser)
     for section in command.sections:
-        parser.add_class_arguments(SECTIONS[section], section, sub_configs=False, instantiate=False)
+        parser.add_class_arguments(
+            COMMAND_SECTIONS[section], section, sub_configs=False, instantiate=False
+        )
     return parser
 
 

@@ -10,6 +10,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 
 from .config_checks import check_finite, check_positive, check_probability, check_types
+from .config_serve import ServeConfig
 from .errors import BadValue
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
@@ -341,6 +342,8 @@ class RuntimeConfig:
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig,
             "runtime": RuntimeConfig}  # fmt: skip
+# Every section a command can take: the run's, and the service's (never saved with a run).
+COMMAND_SECTIONS = {**SECTIONS, "serve": ServeConfig}
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ from dataclasses import fields
 
 from jsonargparse import ArgumentParser
 
-from .config import SECTIONS
+from .config import COMMAND_SECTIONS
 from .errors import UserError
 
 BOOL_KEYS = {
-    f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls) if f.type == "bool"
+    f"{s}.{f.name}" for s, cls in COMMAND_SECTIONS.items() for f in fields(cls) if f.type == "bool"
 }
-FLAT_KEYS = {f.name: f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls)}
+FLAT_KEYS = {f.name: f"{s}.{f.name}" for s, cls in COMMAND_SECTIONS.items() for f in fields(cls)}
 FLAT_KEYS["preset"] = "model.preset"
 # Spellings of earlier versions: old option -> new option.
 RENAMED = {"beam": "decode.beam_size", "pre_norm": "model.norm_first",
@@ -77,8 +77,8 @@ def parse(
         everything = parser.parse_args(args).as_dict()
     except argparse.ArgumentError as error:
         raise UserError(one_line(str(error), parser)) from None
-    config = {section: given[section] for section in SECTIONS if section in given}
-    own = {key: value for key, value in everything.items() if key not in SECTIONS}
+    config = {section: given[section] for section in COMMAND_SECTIONS if section in given}
+    own = {key: value for key, value in everything.items() if key not in COMMAND_SECTIONS}
     return argparse.Namespace(**own), config
 
 

@@ -193,7 +193,9 @@ def inspect_sentence(
     best = translate(model, tokenizers, [sentence], replace(decode, nbest=1)).nbest[0][0]
     src_ids = encode_source(tokenizers.src.encode(sentence))[: model.config.max_positions]
     tgt_ids = [BOS_ID, *best.tokens]
-    maps = model.attention_maps(torch.tensor([src_ids]), torch.tensor([tgt_ids]))
+    device = next(model.parameters()).device  # the ids go where the weights are (a GPU too)
+    src, tgt = torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device)
+    maps = model.attention_maps(src, tgt)  # (1, S), (1, T)
     src_labels = [tokenizers.src.id_to_piece(i) for i in src_ids]
     tgt_labels = [tokenizers.tgt.id_to_piece(i) for i in tgt_ids]
     return Inspection(sentence, best.text, maps, src_labels, tgt_labels)

@@ -1,0 +1,81 @@
+"""The typed config of ``transformer serve``: where it listens, who may call it, and its limits.
+
+Not part of a run: it is never saved with a checkpoint, and only the ``serve`` command takes it
+(``--serve.port 8080``, or ``--port 8080`` for short). Every limit is answered with a JSON 4xx
+error naming it (``serve/app.py``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from .config_checks import check_finite, check_positive, check_types
+from .errors import BadValue
+
+API_KEY_ENV = "TRANSFORMER_API_KEY"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """The HTTP service: address, API key, request limits and dynamic batching."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on; any address but loopback needs an API key."""
+    port: int = 8000
+    """TCP port; 0 picks a free one (the address is printed on stderr)."""
+    api_key: str | None = None
+    """Bearer token every API request must send (default: $TRANSFORMER_API_KEY)."""
+    max_body_bytes: int = 65_536
+    """Largest request body in bytes; larger: 413."""
+    max_sentences: int = 64
+    """Sentences per request; more: 422."""
+    max_chars: int = 1000
+    """Characters per sentence; more: 422."""
+    max_beam: int = 16
+    """Largest beam (and n-best) a request may ask for; more: 422."""
+    max_queue: int = 1024
+    """Sentences waiting to be translated; a request that would exceed it: 429."""
+    timeout: float = 30.0
+    """Seconds a request may wait for its translations; longer: 504."""
+    max_wait_ms: float = 5.0
+    """How long the worker waits for more requests to decode together (milliseconds)."""
+    batch_tokens: int = 4096
+    """Source tokens decoded together at most, padding included."""
+    log_text: bool = False
+    """Also write the sentences of each request into its access-log line."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        check_finite(self)
+        check_positive(self, "max_body_bytes", "max_sentences", "max_chars", "max_beam",
+                       "max_queue", "batch_tokens")  # fmt: skip
+        if not self.host.strip():
+            raise BadValue("ServeConfig.host must be an address, got an empty string")
+        if not 0 <= self.port <= 65535:
+            raise BadValue(f"ServeConfig.port must be in 0..65535, got {self.port!r}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise BadValue("ServeConfig.api_key must not be empty (leave it out for no key)")
+        if not 0 < self.timeout <= 3600:
+            raise BadValue(
+                f"ServeConfig.timeout must be in (0, 3600] seconds, got {self.timeout!r}"
+            )
+        if not 0 <= self.max_wait_ms <= 10_000:
+            raise BadValue(
+                f"ServeConfig.max_wait_ms must be in [0, 10000], got {self.max_wait_ms!r}"
+            )
+        if self.max_queue < self.max_sentences:
+            raise BadValue(
+                f"ServeConfig.max_queue ({self.max_queue}) must be at least max_sentences "
+                f"({self.max_sentences}), or a full request could never be queued"
+            )
+
+    @property
+    def on_loopback(self) -> bool:
+        """Whether ``host`` is reachable from this machine only (127.0.0.0/8, ::1, localhost)."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:  # a host name: it may resolve to any address
+            return False

@@ -1,0 +1,296 @@
+"""The HTTP API and the web page: a FastAPI app around one ``Batcher``.
+
+    POST /translate   sentences in, translations (n-best, scores) and the time taken out
+    POST /attention   the encoder-decoder attention weights of one sentence, for the page
+    GET  /info        languages, configs and parameter count
+    GET  /health      readiness, and how many requests are in flight
+    GET  /            the web page (``page/``), served by the app itself: no CDN
+    GET  /openapi.json
+
+Every error is JSON ``{"error": code, "message": one line}`` with a 4xx status, or 500 with a
+generic message for a bug (whose traceback goes to the server's log, never into a response):
+400 for a body that is not UTF-8, 401 without the API key, 413 for a body over
+``max_body_bytes``, 422 for an invalid request (too many sentences, a sentence too long, a beam
+too wide, a field of the wrong type or name, JSON that does not parse), 429 with
+``Retry-After`` when ``max_queue`` sentences are already waiting, 503 while shutting down, 504
+when a request waited longer than ``timeout``.
+
+(No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations, which name
+request models made inside ``create_app``.)
+"""
+
+import asyncio
+import hmac
+import logging
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from contextlib import asynccontextmanager
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+
+from ..config import DecodeConfig
+from ..config_serve import ServeConfig
+from ..errors import BadValue, UserError
+from ..inference.translator import inspect_sentence
+from ..jobs import Translator
+from .batcher import Batcher, QueueFull, ShuttingDown
+from .middleware import AccessLog, BodyLimit
+from .schema import (
+    AttentionResponse,
+    ErrorBody,
+    HealthResponse,
+    Hypothesis,
+    InfoResponse,
+    SentenceTranslation,
+    TranslateResponse,
+    request_models,
+)
+
+PAGE = Path(__file__).parent / "page"
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An error answered as ``ErrorBody`` JSON with ``status`` (and ``headers``)."""
+
+    def __init__(self, status: int, code: str, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI entries of the error statuses a route can answer."""
+    return {status: {"model": ErrorBody} for status in statuses}
+
+
+def create_app(translator: Translator, config: ServeConfig = ServeConfig()) -> FastAPI:  # noqa: B008
+    """The app that serves ``translator``; its worker thread starts now and stops at shutdown.
+
+    ``config.api_key`` (already resolved from the environment by the caller), when set, is
+    required as ``Authorization: Bearer KEY`` on /translate, /attention and /info.
+    """
+    model = translator.model
+    default = replace(translator.decode, max_source_tokens=config.batch_tokens)
+    batcher = Batcher(translator, config.batch_tokens, config.max_wait_ms, config.max_queue)
+    TranslateRequest, AttentionRequest = request_models(config, model.config.max_positions)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        await asyncio.to_thread(batcher.close)  # finishes what is queued
+
+    app = FastAPI(title="transformer", version="1", lifespan=lifespan, docs_url=None,
+                  redoc_url=None, summary="Translation with the Transformer of 'Attention Is "
+                  "All You Need'.")  # fmt: skip
+    app.state.batcher = batcher
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(AccessLog)
+    _add_error_handlers(app)
+    protected, keyed = _key_required(config.api_key), (401,) if config.api_key else ()
+
+    async def answer(future_of: Callable[[], Future]) -> Any:
+        """What the worker returns for a job, as the API's errors when it cannot."""
+        try:
+            future = future_of()
+        except QueueFull as error:
+            raise ApiError(429, "queue_full", f"the server is busy: {error}; retry later",
+                           {"Retry-After": "1"}) from None  # fmt: skip
+        except ShuttingDown as error:
+            raise ApiError(503, "shutting_down", str(error)) from None
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), config.timeout)
+        except asyncio.TimeoutError:
+            message = f"no answer within {config.timeout:g} s (serve.timeout); try again later"
+            raise ApiError(504, "timeout", message) from None
+        except UserError as error:
+            raise ApiError(422, "invalid_request", str(error)) from None
+        except Exception:  # a bug: its traceback goes to the log, not to the client
+            log.exception("the worker failed")
+            raise ApiError(500, "internal_error", _INTERNAL) from None
+
+    @app.post("/translate", response_model=TranslateResponse, **protected,
+              responses=_errors(*keyed, 400, 413, 422, 429, 500, 503, 504))  # fmt: skip
+    async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:
+        """Translates one or more sentences; the search options default to the model's."""
+        start = time.perf_counter()
+        sentences: list[str] = body.sentences
+        request.state.log = _log_fields(sentences, config.log_text)
+        decode = _search(default, body.beam, body.nbest, body.max_len, body.sampling)
+        batched = await answer(lambda: batcher.translate(sentences, decode))
+        truncated = set(batched.result.truncated)
+        translations = [
+            SentenceTranslation(
+                text=options[0].text,
+                score=_finite(options[0].score),
+                nbest=[Hypothesis(text=o.text, score=_finite(o.score)) for o in options],
+                truncated=i in truncated,
+            )  # fmt: skip
+            for i, options in enumerate(batched.result.nbest)
+        ]
+        ms = (time.perf_counter() - start) * 1000
+        return TranslateResponse(translations=translations, time_ms=ms,
+                                 batch_sentences=batched.batch_sentences)  # fmt: skip
+
+    @app.post("/attention", response_model=AttentionResponse, **protected,
+              responses=_errors(*keyed, 400, 413, 422, 429, 500, 503, 504))  # fmt: skip
+    async def attention(body: AttentionRequest, request: Request) -> AttentionResponse:
+        """Translates one sentence and returns its encoder-decoder attention, layer by layer."""
+        start = time.perf_counter()
+        request.state.log = _log_fields([body.sentence], config.log_text)
+        decode = _search(default, body.beam, 1, body.max_len, False)
+
+        def inspect() -> dict:
+            with torch.inference_mode(), translator.precision():
+                seen = inspect_sentence(model, translator.tokenizers, body.sentence, decode)
+            # Rounded in float64: a float32 0.0001 would reach the JSON as 9.999999747378752e-05.
+            weights = [layer.cross_attention[0].double() for layer in seen.maps.decoder]
+            return {"translation": seen.translation, "source_tokens": seen.src_labels,
+                    "target_tokens": seen.tgt_labels,
+                    "cross_attention": [w.round(decimals=4).tolist()  # (H, T, S) per layer
+                                        for w in weights]}  # fmt: skip
+
+        found = await answer(lambda: batcher.call(inspect))
+        return AttentionResponse(**found, time_ms=(time.perf_counter() - start) * 1000)
+
+    @app.get("/info", response_model=InfoResponse, **protected, responses=_errors(*keyed))
+    async def info() -> InfoResponse:
+        """The languages, the model's config and size, the default search and the limits."""
+        data = translator.config.data
+        limits = {name: getattr(config, name) for name in ("max_body_bytes", "max_sentences",
+                  "max_chars", "max_beam", "max_queue", "timeout")}  # fmt: skip
+        return InfoResponse(
+            source_language=data.src_lang, target_language=data.tgt_lang,
+            parameters=sum(p.numel() for p in model.parameters()),
+            checkpoint=translator.path.name, device=str(next(model.parameters()).device),
+            model=asdict(model.config), decode=asdict(default), limits=limits,
+        )  # fmt: skip
+
+    @app.get("/health", response_model=HealthResponse)
+    async def health() -> HealthResponse:
+        """Ready: the model is loaded (the server listens only once it is)."""
+        return HealthResponse(status="ok", in_flight=batcher.in_flight)
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(PAGE / "index.html", headers=_PAGE_HEADERS)
+
+    app.mount("/page", StaticFiles(directory=PAGE), name="page")
+    return app
+
+
+def _key_required(api_key: str | None) -> dict[str, Any]:
+    """Route options that require ``Authorization: Bearer API_KEY``; none without a key, so that
+    the schema says exactly what this server asks for."""
+    if api_key is None:
+        return {}
+    bearer = HTTPBearer(auto_error=False, description="the server's API key")
+
+    def require_key(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+        given = credentials.credentials if credentials else ""
+        if not hmac.compare_digest(given.encode(), api_key.encode()):
+            raise ApiError(401, "unauthorized", "send the server's API key as 'Authorization: "
+                           "Bearer KEY'", {"WWW-Authenticate": "Bearer"})  # fmt: skip
+
+    return {"dependencies": [Depends(require_key)]}
+
+
+# The page loads nothing from elsewhere; the browser enforces it too.
+_PAGE_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:"}
+
+
+def _search(
+    default: DecodeConfig, beam: int | None, nbest: int | None, max_len: int | None,
+    sampling: bool | None,
+) -> DecodeConfig:  # fmt: skip
+    """The server's default search with a request's options on top (422 if they conflict)."""
+    changes: dict[str, Any] = {}
+    if sampling is not None:
+        changes["sampling"] = sampling
+    if beam is not None:
+        changes["beam_size"] = beam
+    if nbest is not None:
+        changes["nbest"] = nbest
+        if beam is None and nbest > default.beam_size:
+            changes["beam_size"] = nbest  # as `translate --decode.nbest` does: widen the beam
+    if max_len is not None:
+        changes["max_len_a"], changes["max_len_b"] = 0.0, max_len
+    settings = {**asdict(default), **changes}
+    if settings["nbest"] > settings["beam_size"] and not settings["sampling"]:
+        raise ApiError(422, "invalid_request", f"nbest ({settings['nbest']}) cannot exceed beam "
+                       f"({settings['beam_size']}) unless sampling")  # fmt: skip
+    try:
+        return replace(default, **changes)
+    except BadValue as error:  # e.g. a server started with --decode.nbest above this beam
+        raise ApiError(422, "invalid_request", str(error)) from None
+
+
+def _finite(score: float) -> float | None:
+    return score if math.isfinite(score) else None
+
+
+def _log_fields(sentences: list[str], with_text: bool) -> dict[str, Any]:
+    fields: dict[str, Any] = {"sentences": len(sentences), "chars": sum(map(len, sentences))}
+    return {**fields, "text": sentences} if with_text else fields
+
+
+_INTERNAL = "internal error; the server's log has the details"
+_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
+          413: "body_too_large", 415: "unsupported_media_type"}  # fmt: skip
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error as ``ErrorBody`` JSON; a bug becomes a 500 whose body says nothing more."""
+
+    def error(status: int, code: str, message: str, headers: dict | None = None) -> JSONResponse:
+        return JSONResponse({"error": code, "message": message}, status, headers)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, e: ApiError) -> JSONResponse:
+        return error(e.status, e.code, e.message, e.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, e: RequestValidationError) -> JSONResponse:
+        return error(422, "invalid_request", validation_message(e.errors()))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        code = _CODES.get(e.status_code, "error")
+        return error(e.status_code, code, str(e.detail), getattr(e, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def bug(request: Request, e: Exception) -> JSONResponse:
+        log.error("internal error on %s %s", request.method, request.url.path, exc_info=e)
+        return error(500, "internal_error", _INTERNAL)
+
+
+# The server's limit behind a validation error: (field, pydantic error type) -> note.
+_LIMITS = {
+    ("sentences", "too_long"): " (serve.max_sentences)",
+    ("sentences", "string_too_long"): " (serve.max_chars)",
+    ("sentence", "string_too_long"): " (serve.max_chars)",
+    ("beam", "less_than_equal"): " (serve.max_beam)",
+    ("nbest", "less_than_equal"): " (serve.max_beam)",
+    ("max_len", "less_than_equal"): " (the model's max_positions - 1)",
+}
+
+
+def validation_message(errors: Any) -> str:
+    """pydantic's errors as one line that names each field; the values sent are not echoed."""
+    parts = []
+    for e in list(errors)[:3]:
+        where = ".".join(str(part) for part in e.get("loc", ()) if part != "body") or "body"
+        limit = _LIMITS.get((where.split(".")[0], e.get("type")), "")
+        parts.append(f"{where}: {e.get('msg', 'invalid')}{limit}")
+    more = len(errors) - len(parts)
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")

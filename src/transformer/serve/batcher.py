@@ -1,0 +1,196 @@
+"""Dynamic batching: requests that arrive together are decoded together, by one worker thread.
+
+Each HTTP request submits a job (its sentences and its search settings) and waits on a Future.
+The worker takes the oldest job, then keeps taking jobs for up to ``max_wait_ms``, or until
+``batch_tokens`` source tokens are taken; it decodes the sentences of all the jobs that share
+their search settings in one call to ``translate`` (which sorts them by length and cuts them
+into batches of at most ``batch_tokens`` padded source tokens, ``data/batching.py``), and
+gives each job its own translations, in its own order.
+
+Only the worker touches the model, so inference never runs concurrently on shared state (the
+key/value caches, autocast, torch's threads). Other work on the model (attention maps) goes
+through the same queue, as a job of its own (``call``).
+
+A job whose caller stopped waiting (a timed-out request) before the worker reached it is
+skipped; ``close`` stops taking jobs, finishes every job already queued, and ends the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import DecodeConfig
+from ..inference.translator import TranslationResult, translate
+from ..jobs import Translator
+
+log = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """More sentences are waiting than the queue allows; the caller should retry later."""
+
+
+class ShuttingDown(Exception):
+    """The batcher was closed: it takes no new jobs."""
+
+
+@dataclass
+class Batched:
+    """What one job gets back: its translations, and how many sentences were decoded with them."""
+
+    result: TranslationResult
+    batch_sentences: int  # all the sentences decoded in the same call, this job's included
+
+
+@dataclass
+class _Job:
+    sentences: list[str]
+    decode: DecodeConfig | None  # None for a call
+    tokens: int  # source tokens, for the batch budget
+    future: Future = field(default_factory=Future)
+    call: Callable[[], Any] | None = None
+
+
+class Batcher:
+    """One worker thread that owns the model and decodes queued requests in batches.
+
+    Args:
+        translator: the model, its tokenizers and device (only the worker uses the model).
+        batch_tokens: source tokens taken into one round at most (a larger job goes alone).
+        max_wait_ms: how long the worker waits for more jobs after the first one.
+        max_queue: sentences that may wait; a job that would exceed it raises ``QueueFull``.
+    """
+
+    def __init__(
+        self, translator: Translator, batch_tokens: int, max_wait_ms: float, max_queue: int
+    ) -> None:
+        self.translator = translator
+        self.batch_tokens = batch_tokens
+        self.max_wait = max_wait_ms / 1000
+        self.max_queue = max_queue
+        self._queue: deque[_Job] = deque()
+        self._queued_sentences = 0
+        self._in_flight = 0  # submitted and not yet answered
+        self._closing = False
+        self._lock = threading.Condition()
+        self._worker = threading.Thread(target=self._run, name="transformer-batcher", daemon=True)
+        self._worker.start()
+
+    # ------------------------------------------------------------------------- callers' side
+    def translate(self, sentences: list[str], decode: DecodeConfig) -> Future[Batched]:
+        """Queues ``sentences`` to be translated with ``decode``; the Future gets a ``Batched``."""
+        # Counting tokens encodes each sentence once more than translate() does: microseconds.
+        encode = self.translator.tokenizers.src.encode
+        tokens = sum(len(encode(s)) + 1 for s in sentences)  # + EOS
+        return self._submit(_Job(list(sentences), decode, tokens))
+
+    def call(self, function: Callable[[], Any]) -> Future:
+        """Runs ``function`` on the worker (alone, in queue order); the Future gets its result."""
+        return self._submit(_Job([""], None, 0, call=function))
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs submitted and not yet answered."""
+        return self._in_flight
+
+    def close(self, timeout: float | None = None) -> None:
+        """Takes no new jobs, finishes the queued ones, and ends the worker."""
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
+        self._worker.join(timeout)
+
+    def _submit(self, job: _Job) -> Future:
+        with self._lock:
+            if self._closing:
+                raise ShuttingDown("the server is shutting down")
+            n = len(job.sentences)
+            if self._queued_sentences + n > self.max_queue:
+                raise QueueFull(
+                    f"{self._queued_sentences} sentences are waiting and this request adds {n}; "
+                    f"the queue holds {self.max_queue}"
+                )
+            self._queue.append(job)
+            self._queued_sentences += n
+            self._in_flight += 1
+            self._lock.notify_all()
+        job.future.add_done_callback(self._answered)
+        return job.future
+
+    def _answered(self, _: Future) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    # --------------------------------------------------------------------------- worker side
+    def _run(self) -> None:
+        while (jobs := self._take()) is not None:
+            live = [job for job in jobs if job.future.set_running_or_notify_cancel()]
+            for job in live:
+                if job.call is not None:
+                    _settle(job.future, job.call)
+            by_settings: dict[DecodeConfig, list[_Job]] = {}
+            for job in live:
+                if job.decode is not None:
+                    by_settings.setdefault(job.decode, []).append(job)
+            for decode, group in by_settings.items():
+                self._translate(group, decode)
+
+    def _take(self) -> list[_Job] | None:
+        """The next round of jobs (a call goes alone), or None once closed and empty."""
+        with self._lock:
+            while not self._queue:
+                if self._closing:
+                    return None
+                self._lock.wait()
+            jobs = [self._queue.popleft()]
+            tokens = jobs[0].tokens
+            deadline = time.monotonic() + self.max_wait
+            while jobs[0].call is None and tokens < self.batch_tokens:
+                if not self._queue:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self._closing:
+                        break
+                    self._lock.wait(left)
+                    continue
+                following = self._queue[0]
+                if following.call is not None or tokens + following.tokens > self.batch_tokens:
+                    break
+                jobs.append(self._queue.popleft())
+                tokens += following.tokens
+            self._queued_sentences -= sum(len(job.sentences) for job in jobs)
+            return jobs
+
+    def _translate(self, group: list[_Job], decode: DecodeConfig) -> None:
+        """The sentences of ``group`` in one call; each job gets its own slice back."""
+        sentences = [s for job in group for s in job.sentences]
+        t = self.translator
+        try:
+            with t.precision():  # the searches run under inference_mode themselves
+                result = translate(t.model, t.tokenizers, sentences, decode)
+        except Exception as error:  # a bug: every caller hears of it, the worker goes on
+            log.exception("translating a batch of %d sentences failed", len(sentences))
+            for job in group:
+                job.future.set_exception(error)
+            return
+        start = 0
+        for job in group:
+            end = start + len(job.sentences)
+            truncated = [i - start for i in result.truncated if start <= i < end]
+            part = TranslationResult(result.nbest[start:end], truncated)
+            job.future.set_result(Batched(part, len(sentences)))
+            start = end
+
+
+def _settle(future: Future, function: Callable[[], Any]) -> None:
+    """``future`` gets what ``function`` returns, or what it raises."""
+    try:
+        future.set_result(function())
+    except Exception as error:
+        future.set_exception(error)

@@ -1,0 +1,107 @@
+"""The JSON of the HTTP API: requests, responses and errors, as pydantic models; FastAPI turns
+them into the OpenAPI schema served at ``/openapi.json``.
+
+The request models are made per server (``request_models``), so that the schema states the
+server's own limits (``maxItems``, ``maxLength``, ``maximum``) and a client can read them there.
+Requests are strict: a number given as a string, or an unknown field, is an error naming it.
+(No ``from __future__ import annotations`` here: pydantic reads these annotations at run time.)
+"""
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config_serve import ServeConfig
+
+STRICT = ConfigDict(strict=True, extra="forbid")
+
+
+class ErrorBody(BaseModel):
+    """Every error: a short code for programs and one line for people, never a traceback."""
+
+    error: str = Field(description="short code, e.g. queue_full, invalid_request")
+    message: str = Field(description="what is wrong, naming the value at fault")
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float | None = Field(
+        description="log-probability (beam search: divided by the GNMT length penalty); "
+        "null if it is not a finite number"
+    )
+
+
+class SentenceTranslation(BaseModel):
+    text: str = Field(description="the best translation")
+    score: float | None = Field(description="its score (see nbest)")
+    nbest: list[Hypothesis] = Field(description="the best `nbest` translations, best first")
+    truncated: bool = Field(description="the sentence was longer than the model accepts and "
+                            "only its beginning was translated")  # fmt: skip
+
+
+class TranslateResponse(BaseModel):
+    translations: list[SentenceTranslation] = Field(description="one per sentence, in order")
+    time_ms: float = Field(description="from the request's arrival to its answer")
+    batch_sentences: int = Field(
+        description="sentences decoded together with this request's (its own included)"
+    )
+
+
+class AttentionResponse(BaseModel):
+    translation: str
+    source_tokens: list[str] = Field(description="source pieces and </s>: the keys (columns)")
+    target_tokens: list[str] = Field(
+        description="<s> and the translation's pieces: the decoder's inputs (rows); row t is "
+        "the step that chose the token after target_tokens[t]"
+    )
+    cross_attention: list[list[list[list[float]]]] = Field(
+        description="encoder-decoder attention weights [layer][head][row][column]; each row "
+        "sums to 1"
+    )
+    time_ms: float
+
+
+class HealthResponse(BaseModel):
+    status: str = Field(description="ok")
+    in_flight: int = Field(description="requests being translated or waiting")
+
+
+class InfoResponse(BaseModel):
+    source_language: str
+    target_language: str
+    parameters: int
+    checkpoint: str = Field(description="the checkpoint folder's name")
+    device: str
+    model: dict[str, Any] = Field(description="the model's config")
+    decode: dict[str, Any] = Field(description="the default search")
+    limits: dict[str, int | float] = Field(description="the request limits of this server")
+
+
+def request_models(config: ServeConfig, max_positions: int) -> tuple[type, type]:
+    """(TranslateRequest, AttentionRequest) with this server's limits in their schema."""
+    sentence = Annotated[str, Field(max_length=config.max_chars)]
+
+    def beam_field() -> Any:
+        return Field(None, ge=1, le=config.max_beam, description="beam size; 1: greedy search")
+
+    def max_len_field() -> Any:
+        return Field(None, ge=1, le=max_positions - 1, description="at most this many tokens out")
+
+    class TranslateRequest(BaseModel):
+        model_config = STRICT
+        sentences: list[sentence] = Field(
+            min_length=1, max_length=config.max_sentences, description="one or more sentences"
+        )
+        beam: int | None = beam_field()
+        nbest: int | None = Field(None, ge=1, le=config.max_beam,
+                                  description="translations returned per sentence")  # fmt: skip
+        max_len: int | None = max_len_field()
+        sampling: bool | None = Field(None, description="sample instead of searching")
+
+    class AttentionRequest(BaseModel):
+        model_config = STRICT
+        sentence: str = Field(min_length=1, max_length=config.max_chars)
+        beam: int | None = beam_field()
+        max_len: int | None = max_len_field()
+
+    return TranslateRequest, AttentionRequest
