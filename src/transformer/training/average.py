@@ -12,6 +12,7 @@ import torch
 
 from ..errors import UserError
 from .checkpoint import WEIGHTS, load_checkpoint, read_weights, save_checkpoint, step_checkpoints
+from .rundir import RunDir
 
 
 def average_weights(folders: list[Path]) -> dict[str, torch.Tensor]:
@@ -29,7 +30,7 @@ def average_weights(folders: list[Path]) -> dict[str, torch.Tensor]:
 def average_last(model_dir: Path, last: int) -> Path:
     """Averages the newest ``last`` step checkpoints of a model directory into a new checkpoint
     ``checkpoints/average_last{N}`` and returns its folder."""
-    checkpoints = model_dir / "checkpoints"
+    checkpoints = RunDir(model_dir).checkpoints
     folders = step_checkpoints(checkpoints)
     if not folders:
         raise UserError(f"{model_dir} has no step checkpoints to average")

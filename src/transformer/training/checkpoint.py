@@ -36,6 +36,7 @@ from ..model.transformer import Transformer
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
+CHECKPOINTS = "checkpoints"  # the folder of a model directory that holds them (RunDir)
 TRAINER = "trainer.pt"
 INDEX = "index.json"
 
@@ -179,7 +180,7 @@ def resolve_checkpoint(path: Path, which: str = "best") -> Path:
         return path
     if not path.exists():
         raise UserError(f"model directory not found: {path}")
-    checkpoints = path / "checkpoints"
+    checkpoints = path / CHECKPOINTS
     index, problem = index_pointers(checkpoints)
     for key in (which, "last"):
         if key in index and _complete(checkpoints / str(index[key])):
@@ -276,7 +277,7 @@ def resume_candidates(checkpoints: Path) -> list[Path]:
 
 def model_dir_of(folder: Path) -> Path:
     """The model directory a checkpoint folder belongs to (``OUT/checkpoints/NAME`` -> ``OUT``)."""
-    return folder.parent.parent if folder.parent.name == "checkpoints" else folder
+    return folder.parent.parent if folder.parent.name == CHECKPOINTS else folder
 
 
 def resume_point(checkpoints: Path) -> tuple[Path, dict] | None:

@@ -6,6 +6,8 @@ import json
 import time
 from pathlib import Path
 
+from .rundir import RunDir
+
 
 class MetricsLog:
     """Appends rows such as ``{"step": 100, "loss": 3.2, ...}`` to ``OUT/metrics.jsonl``."""
@@ -39,7 +41,7 @@ class MetricsLog:
 
 def read_metrics(out_dir: Path) -> list[dict]:
     """All rows of ``OUT/metrics.jsonl``."""
-    path = out_dir / "metrics.jsonl"
+    path = RunDir(out_dir).metrics
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 

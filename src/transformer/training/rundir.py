@@ -30,9 +30,10 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..config_files import build_config
+from ..data.tokenizer import TOKENIZER_DIR
 from ..errors import UserError
 from ..files import fsync_dir, write_json_atomic
-from .checkpoint import clean_checkpoints, step_checkpoints
+from .checkpoint import CHECKPOINTS, CONFIG, clean_checkpoints, step_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +41,11 @@ log = logging.getLogger(__name__)
 class RunDir:
     """The paths of one model directory, and what may be done with them."""
 
-    CONFIG = "config.json"
-    TOKENIZER = "tokenizer"
+    CONFIG = CONFIG
+    TOKENIZER = TOKENIZER_DIR
     METRICS = "metrics.jsonl"
     TENSORBOARD = "tensorboard"
-    CHECKPOINTS = "checkpoints"
+    CHECKPOINTS = CHECKPOINTS
     DATA = "data"
     ENTRIES = (CONFIG, TOKENIZER, METRICS, TENSORBOARD, CHECKPOINTS, DATA)  # what a run owns
     SCRATCH = ".tmp-data"  # a binarized dataset being made, before the run adopts it
