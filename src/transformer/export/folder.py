@@ -28,10 +28,10 @@ from ..config import RunConfig
 from ..config_files import build_config
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
-from ..files import fsync_dir, remove_tree, write_json_atomic
+from ..files import fsync_dir, fsync_tree, remove_tree, write_json_atomic
 from ..model.transformer import Transformer
 from ..training.checkpoint import load_checkpoint, model_dir_of
-from .spec import transformer_spec
+from .spec import import_ctranslate2, transformer_spec
 
 MARKER = "transformer-export.json"
 FORMAT = "transformer/ctranslate2"
@@ -98,6 +98,7 @@ def export_model(
         checkpoint: ``best`` or ``last`` of a model directory.
     """
     out = Path(out)
+    import_ctranslate2()  # before any work: without it, say how to install it
     if quantization not in QUANTIZATIONS:
         raise UserError(f"unknown --quantization {quantization!r}; choose from "
                         f"{', '.join(QUANTIZATIONS)}")  # fmt: skip
@@ -109,9 +110,7 @@ def export_model(
     try:
         os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; give the usual mode
         save_model(loaded.model, tokenizers, loaded.config, staging, quantization, str(loaded.path))
-        for path in staging.rglob("*"):
-            if path.is_file():  # on disk before the rename makes the export visible
-                _fsync_file(path)
+        fsync_tree(staging)  # on disk before the rename makes the export visible
         _move_into_place(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -142,14 +141,6 @@ def _move_into_place(staging: Path, out: Path) -> None:
     else:
         os.replace(staging, out)  # onto a missing name or an empty folder
         fsync_dir(out.parent)
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _umask() -> int:

@@ -1,13 +1,16 @@
 """Text in, text out: batching, the choice of search, and the tokenizers, for translate,
 evaluate, validate and attention.
 
-``translate_ids`` sorts sentences by length, cuts them into batches (``data/batching.py``) and
-sends each batch to the search the DecodeConfig asks for (``search``): greedy, sampling or beam.
+``translate_ids`` sorts sentences by length, cuts them into batches (``in_length_batches``,
+``data/batching.py``) and sends each batch to the search the DecodeConfig asks for
+(``search``): greedy, sampling or beam.
 
 Source sentences become SentencePiece ids followed by EOS; a sentence longer than the model's
 positions allow (``max_positions`` tokens) is truncated to fit, and the caller is told which
 lines were, so the command line can warn: never a silent change, never a crash mid-file.
-Empty sentences translate to empty strings without running the model.
+Empty sentences translate to empty strings without running the model. ``translate_with`` does
+this around any engine's search (ours, or CTranslate2's in ``export/engine.py``), so every
+engine treats lines alike.
 """
 
 from __future__ import annotations
