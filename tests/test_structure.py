@@ -83,7 +83,9 @@ def test_no_source_file_is_over_400_lines():
     assert {name: n for name, n in sizes.items() if n > 400} == {}
 
 
-@pytest.mark.parametrize("package", ["model", "data", "training", "inference", "inspect", "serve"])
+@pytest.mark.parametrize(
+    "package", ["model", "data", "training", "inference", "inspect", "serve", "export"]
+)
 def test_each_subpackage_names_its_public_api(package):
     module = importlib.import_module(f"transformer.{package}")
     assert module.__doc__ and module.__all__

@@ -126,27 +126,35 @@ def _model_options(p: ArgumentParser) -> None:
                    help="which checkpoint of a model directory")  # fmt: skip
 
 
+def _engine_options(p: ArgumentParser) -> None:
+    p.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"],
+                   help="torch: our decoder; ctranslate2: CTranslate2 on an exported model (a "
+                   "model directory is converted on the fly); pip install '.[ct2]'")  # fmt: skip
+
+
 def _translate_options(p: ArgumentParser) -> None:
     _model_options(p)
+    _engine_options(p)
     p.add_argument("--input", "-i", help="file to translate (default: standard input)")
     p.add_argument("--output", "-o", help="write translations here (default: standard output)")
 
 
 def _translate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
-    from .jobs import check_outputs, load_translator, translate_file
+    from .jobs import check_outputs, load_engine, translate_file
 
     check_outputs(ns.output, input=ns.input)
-    translator = load_translator(ns.model_dir, ns.checkpoint, _runtime(given),
-                                 **given.get("decode", {}))  # fmt: skip
+    engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, _runtime(given),
+                         **given.get("decode", {}))  # fmt: skip
 
     def warn(message: str) -> None:
         print(f"transformer translate: warning: {message}", file=sys.stderr)
 
-    translate_file(translator, ns.input, ns.output, sys.stdin.buffer, sys.stdout, warn)
+    translate_file(engine, ns.input, ns.output, sys.stdin.buffer, sys.stdout, warn)
 
 
 def _evaluate_options(p: ArgumentParser) -> None:
     _model_options(p)
+    _engine_options(p)
     p.add_argument("--src", help="source sentences, one per line (default: the run's test split)")
     p.add_argument("--ref", help="reference translations, line-aligned with --src")
     p.add_argument("--output", "-o", help="where to write the hypotheses (default: MODEL_DIR)")
@@ -154,12 +162,12 @@ def _evaluate_options(p: ArgumentParser) -> None:
 
 
 def _evaluate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
-    from .jobs import check_outputs, evaluate, load_translator
+    from .jobs import check_outputs, evaluate, load_engine
 
     check_outputs(ns.output, src=ns.src, ref=ns.ref)
-    translator = load_translator(ns.model_dir, ns.checkpoint, _runtime(given),
-                                 **given.get("decode", {}))  # fmt: skip
-    found = evaluate(translator, ns.src, ns.ref, ns.output, ns.lowercase, Path(ns.model_dir))
+    engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, _runtime(given),
+                         **given.get("decode", {}))  # fmt: skip
+    found = evaluate(engine, ns.src, ns.ref, ns.output, ns.lowercase, Path(ns.model_dir))
     if found.truncated:
         print(f"warning: {found.truncated} source lines were truncated", file=sys.stderr)
     print("\n".join(found.lines()))
@@ -175,6 +183,24 @@ def _average(ns: argparse.Namespace, given: dict[str, dict]) -> None:
 
     folder = average_last(Path(ns.model_dir), ns.last)
     print(f"averaged the last {ns.last} checkpoints into {folder}")
+
+
+def _export_options(p: ArgumentParser) -> None:
+    from .export.folder import QUANTIZATIONS
+
+    _model_options(p)
+    p.add_argument("--to", required=True, choices=["ctranslate2"], help="the format")
+    p.add_argument("out", help="the export's folder: new, empty, or an earlier export")
+    p.add_argument("--quantization", default="float32", choices=list(QUANTIZATIONS),
+                   help="the weights' type (int8: 4x smaller, faster on a CPU)")  # fmt: skip
+
+
+def _export(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+    from .export.folder import export_model
+
+    info = export_model(ns.model_dir, ns.out, ns.quantization, ns.checkpoint)
+    print(f"exported {info.source} to {ns.out} (CTranslate2, {info.quantization}); translate with "
+          f"--engine ctranslate2")  # fmt: skip
 
 
 def _explain_options(p: ArgumentParser) -> None:
@@ -244,6 +270,11 @@ COMMANDS = {
                      "API key (--api-key or $TRANSFORMER_API_KEY). Concurrent requests are "
                      "decoded together; --decode.* sets the default search. SIGTERM or Ctrl-C "
                      "finishes the requests in flight, then exits 0."),
+    "export": Command("export a model for deployment (CTranslate2, optionally int8)", (),
+                      _export_options, _export,
+                      "Writes the checkpoint as a CTranslate2 model into OUT, with its "
+                      "SentencePiece models: transformer export MODEL_DIR --to ctranslate2 OUT "
+                      "[--quantization int8]. OUT must be new, empty or an earlier export."),
     "average": Command("average the last N checkpoints into one", (), _average_options, _average),
     "explain": Command("the lecture notes' worked examples, step by step", (), _explain_options,
                        _explain),

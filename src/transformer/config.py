@@ -301,6 +301,14 @@ class DecodeConfig:
             if getattr(self, name) < 0:
                 raise BadValue(f"DecodeConfig.{name} must be >= 0, got {getattr(self, name)!r}")
 
+    def with_search(self, **search: object) -> DecodeConfig:
+        """These search options (DecodeConfig fields) on top of this config; an ``nbest``
+        larger than the beam widens the beam, unless ``beam_size`` is given too."""
+        nbest = search.get("nbest", 1)
+        if isinstance(nbest, int) and nbest > self.beam_size and "beam_size" not in search:
+            search = {**search, "beam_size": nbest}
+        return replace(self, **search)
+
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 

@@ -23,6 +23,17 @@ from .errors import UserError
 
 def fsync_dir(path: Path) -> None:
     """Flushes a folder's entries (a rename inside it) to disk."""
+    _fsync(path)
+
+
+def fsync_tree(folder: Path) -> None:
+    """Flushes every file below ``folder`` to disk (before a rename makes them visible)."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            _fsync(path)
+
+
+def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

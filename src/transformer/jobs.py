@@ -4,6 +4,10 @@ A job loads a model directory (or one of its checkpoint folders), applies the se
 was given on top of the model's own decode config, and reads and writes files the safe way: an
 output that is also an input is refused before anything is read, and outputs appear complete
 or not at all (``files.atomic_write``).
+
+Translate and evaluate run on an ``Engine``: our torch model (``Translator``), or CTranslate2
+on an exported model (``export/engine.py``). Both go through ``translate_with``, so empty lines,
+truncation and line alignment are the same whichever runs.
 """
 
 from __future__ import annotations
@@ -11,9 +15,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from .config import DecodeConfig, RunConfig, RuntimeConfig
 from .data.corpora import load_splits
@@ -23,7 +27,12 @@ from .device import autocast, prepare_runtime
 from .errors import UserError
 from .files import atomic_write, check_not_an_input
 from .inference.evaluate import ExactMatch, Score, exact_match, score_translations
-from .inference.translator import inspect_sentence, translate, translate_lines
+from .inference.translator import (
+    TranslationResult,
+    inspect_sentence,
+    translate,
+    translate_lines,
+)
 from .inspect.report import write_html_report
 from .inspect.visualize import save_positional_plots, write_attention_figures
 from .model.transformer import Transformer
@@ -45,6 +54,26 @@ class Translator:
         """The runtime's precision (autocast) around a search."""
         return autocast(next(self.model.parameters()).device, self.runtime.precision)
 
+    def translate(self, sentences: list[str]) -> TranslationResult:
+        """Translates with the torch model, in the runtime's precision."""
+        with self.precision():
+            return translate(self.model, self.tokenizers, sentences, self.decode)
+
+
+class Engine(Protocol):
+    """What translate and evaluate need of a model: a ``Translator`` (torch) or a
+    ``CTranslate2Engine`` (export/engine.py)."""
+
+    tokenizers: Tokenizers
+    decode: DecodeConfig
+    config: RunConfig  # the run's config (data, model, decode)
+    path: Path  # the checkpoint folder or the exported model
+
+    def translate(self, sentences: list[str]) -> TranslationResult: ...
+
+
+ENGINES = ("torch", "ctranslate2")
+
 
 def load_translator(
     model_dir: str | Path,
@@ -57,15 +86,35 @@ def load_translator(
     config; an ``nbest`` larger than the beam widens it."""
     device = prepare_runtime(runtime)
     loaded = load_checkpoint(Path(model_dir), checkpoint, device)
-    if search.get("nbest", 1) > loaded.config.decode.beam_size and "beam_size" not in search:
-        search["beam_size"] = search["nbest"]
-    decode = replace(loaded.config.decode, **search)
+    decode = loaded.config.decode.with_search(**search)
     tokenizers = Tokenizers.load(model_dir_of(loaded.path))
     return Translator(loaded.model, tokenizers, decode, loaded.config, loaded.path, runtime)
 
 
+def load_engine(
+    model_dir: str | Path,
+    engine: str = "torch",
+    checkpoint: str = "best",
+    runtime: RuntimeConfig = RuntimeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
+    **search: object,
+) -> Engine:
+    """The engine that translates: ``torch`` (``load_translator``) or ``ctranslate2``, which
+    loads an exported model or converts a model directory on the fly (``export/engine.py``)."""
+    from .export.folder import is_export
+
+    if engine == "ctranslate2":
+        from .export.engine import load_ctranslate2
+
+        return load_ctranslate2(model_dir, checkpoint, runtime, **search)
+    if engine != "torch":
+        raise UserError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    if is_export(Path(model_dir)):
+        raise UserError(f"{model_dir} is a CTranslate2 export; use it with --engine ctranslate2")
+    return load_translator(model_dir, checkpoint, runtime, **search)
+
+
 def translate_file(
-    translator: Translator,
+    engine: Engine,
     input: str | None,
     output: str | None,
     stdin: IO[bytes],
@@ -83,14 +132,12 @@ def translate_file(
     else:
         lines = _stdin_lines(stdin)
     chunk = 1 if interactive else 2000
-    t = translator
+    nbest = engine.decode.nbest
     if output is None:
         write = _printer(stdout, interactive)
-        with t.precision():
-            return translate_lines(t.model, t.tokenizers, lines, t.decode, write, warn, chunk)
-    with atomic_write(output) as out, t.precision():  # the file appears complete, at the end
-        write = _printer(out, False)
-        return translate_lines(t.model, t.tokenizers, lines, t.decode, write, warn, chunk)
+        return translate_lines(engine.translate, lines, nbest, write, warn, chunk)
+    with atomic_write(output) as out:  # the file appears complete, at the end
+        return translate_lines(engine.translate, lines, nbest, _printer(out, False), warn, chunk)
 
 
 def check_outputs(output: str | None, **inputs: str | None) -> None:
@@ -145,7 +192,7 @@ class Evaluation:
 
 
 def evaluate(
-    translator: Translator,
+    engine: Engine,
     src: str | None,
     ref: str | None,
     output: str | None,
@@ -167,14 +214,12 @@ def evaluate(
         if not pairs:
             raise UserError(f"nothing to evaluate: {src} and {ref} are empty")
     else:
-        splits, name = load_splits(translator.config.data), "test"
+        splits, name = load_splits(engine.config.data), "test"
         pairs, groups, note = splits.test, splits.test_groups, splits.test_note
         if not pairs:
             raise UserError("the run's corpus has no test split; pass --src and --ref")
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    t = translator
-    with t.precision():
-        result = translate(t.model, t.tokenizers, sources, t.decode)
+    result = engine.translate(sources)
     hypotheses = Path(output) if output else default_dir / f"{name}.hyp"
     with atomic_write(hypotheses) as f:
         f.write("".join(h + "\n" for h in result.best))

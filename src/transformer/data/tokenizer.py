@@ -85,6 +85,10 @@ class Tokenizer:
     def id_to_piece(self, i: int) -> str:
         return self.processor.id_to_piece(i)
 
+    def vocabulary(self) -> list[str]:
+        """Every piece, in id order (piece i has id i)."""
+        return [self.processor.id_to_piece(i) for i in range(self.vocab_size)]
+
     def save(self, path: Path) -> None:
         """Writes the model file atomically (a crash never leaves half a model)."""
         with atomic_write(path, "wb") as f:

@@ -71,9 +71,15 @@ def max_output_lengths(model: nn.Module, src_ids: Tensor, a: float, b: int) -> T
 
     Capped so that the decoder input <s> y1 .. y_max fits in the model's positions.
     """
+    max_positions = getattr(getattr(model, "config", None), "max_positions", None)
+    return output_length_limits(src_ids, a, b, max_positions)
+
+
+def output_length_limits(src_ids: Tensor, a: float, b: int, max_positions: int | None) -> Tensor:
+    """floor(a · src_len + b) per sentence of src_ids (B, S), src_len counting its non-pad
+    tokens, capped at max_positions - 1 (None: no cap): (B,). Every engine uses this rule."""
     src_len = (src_ids != PAD_ID).sum(dim=1)  # (B,)
     lengths = (a * src_len + b).floor().long()
-    max_positions = getattr(getattr(model, "config", None), "max_positions", None)
     if max_positions is not None:
         lengths = lengths.clamp(max=max_positions - 1)
     return lengths

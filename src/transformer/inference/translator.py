@@ -1,13 +1,16 @@
 """Text in, text out: batching, the choice of search, and the tokenizers, for translate,
 evaluate, validate and attention.
 
-``translate_ids`` sorts sentences by length, cuts them into batches (``data/batching.py``) and
-sends each batch to the search the DecodeConfig asks for (``search``): greedy, sampling or beam.
+``translate_ids`` sorts sentences by length, cuts them into batches (``in_length_batches``,
+``data/batching.py``) and sends each batch to the search the DecodeConfig asks for
+(``search``): greedy, sampling or beam.
 
 Source sentences become SentencePiece ids followed by EOS; a sentence longer than the model's
 positions allow (``max_positions`` tokens) is truncated to fit, and the caller is told which
 lines were, so the command line can warn: never a silent change, never a crash mid-file.
-Empty sentences translate to empty strings without running the model.
+Empty sentences translate to empty strings without running the model. ``translate_with`` does
+this around any engine's search (ours, or CTranslate2's in ``export/engine.py``), so every
+engine treats lines alike.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from .beam import beam_search
 from .greedy import greedy_search, sample
 from .search import Hypothesis
 
+SearchIds = Callable[[list[list[int]]], list[list[Hypothesis]]]  # source ids -> hypotheses
+
 
 def translate_ids(
     model: nn.Module,
@@ -40,8 +45,7 @@ def translate_ids(
     """Decodes many source sentences, in batches of similar length, as ``config`` says.
 
     Sampling if ``config.sampling`` (``nbest`` samples per sentence), else greedy search if
-    ``beam_size`` is 1, else beam search. Sorting by length keeps padding, and so wasted work,
-    small; the results come back in input order.
+    ``beam_size`` is 1, else beam search.
 
     Args:
         sentences: source ids exactly as the encoder saw them in training (the data pipeline
@@ -52,18 +56,36 @@ def translate_ids(
     Shape:
         returns one list of up to ``nbest`` hypotheses per sentence, best score first.
     """
+    device = next(iter(model.parameters()), torch.empty(0)).device  # CPU for a parameterless stub
+
+    def run(batch: list[list[int]]) -> list[list[Hypothesis]]:
+        return search(model, pad(batch, device), config, use_cache, generator)  # (B, S) in
+
+    return in_length_batches(sentences, config, run)
+
+
+def in_length_batches(
+    sentences: list[list[int]], config: DecodeConfig, run: SearchIds
+) -> list[list[Hypothesis]]:
+    """Runs ``run`` on batches of sentences of similar length; results in input order.
+
+    Sorting by length keeps padding, and so wasted work, small. Every engine batches this way.
+
+    Args:
+        sentences: source ids (pieces + EOS), no PAD_ID.
+        config: ``batch_size`` and ``max_source_tokens`` bound each batch.
+        run: decodes one batch (a list of source id lists) into hypotheses per sentence.
+    """
     for i, ids in enumerate(sentences):
         if PAD_ID in ids:
             raise ValueError(f"source sentence {i} contains the padding id {PAD_ID}")
-    device = next(iter(model.parameters()), torch.empty(0)).device  # CPU for a parameterless stub
     lengths = [len(ids) for ids in sentences]
     widths = [max(n, 1) for n in lengths]  # an empty source still takes a column
     order = np.argsort(lengths, kind="stable")
     results: dict[int, list[Hypothesis]] = {}
     batches = length_batches(widths, None, order, config.max_source_tokens, config.batch_size)
     for indices in (batch.tolist() for batch in batches):
-        src_ids = pad([sentences[i] for i in indices], device)  # (B, S)
-        found = search(model, src_ids, config, use_cache, generator)
+        found = run([sentences[i] for i in indices])
         results.update(zip(indices, found, strict=True))
     return [results[i] for i in range(len(sentences))]
 
@@ -107,21 +129,36 @@ class TranslationResult:
 def translate(
     model: Transformer, tokenizers: Tokenizers, sentences: list[str], decode: DecodeConfig
 ) -> TranslationResult:
-    """Translates ``sentences`` (any number; batched by length inside)."""
-    limit = model.config.max_positions  # the encoder's limit; decoding caps the output itself
+    """Translates ``sentences`` (any number; batched by length inside) with the torch model."""
+
+    def search_ids(ids: list[list[int]]) -> list[list[Hypothesis]]:
+        return translate_ids(model, ids, decode)
+
+    return translate_with(search_ids, tokenizers, sentences, model.config.max_positions)
+
+
+def translate_with(
+    search_ids: SearchIds, tokenizers: Tokenizers, sentences: list[str], max_positions: int
+) -> TranslationResult:
+    """Text in, text out around any engine's ``search_ids`` (source ids -> hypotheses).
+
+    Empty sentences translate to "" without running the engine; a sentence longer than
+    ``max_positions`` tokens (pieces + EOS) is cut to fit, keeping its EOS, and reported in
+    ``truncated``. Every engine goes through here, so they treat lines alike.
+    """
     todo, ids, truncated = [], [], []
     for i, sentence in enumerate(sentences):
         if not sentence.strip():
             continue
         pieces = encode_source(tokenizers.src.encode(sentence))
-        if len(pieces) > limit:
-            pieces = [*pieces[: limit - 1], pieces[-1]]  # keep the EOS
+        if len(pieces) > max_positions:
+            pieces = [*pieces[: max_positions - 1], pieces[-1]]  # keep the EOS
             truncated.append(i)
         todo.append(i)
         ids.append(pieces)
     nbest: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in sentences]
     if ids:
-        for i, hypotheses in zip(todo, translate_ids(model, ids, decode), strict=True):
+        for i, hypotheses in zip(todo, search_ids(ids), strict=True):
             nbest[i] = [
                 Translation(tokenizers.tgt.decode(h.tokens), h.score, h.tokens) for h in hypotheses
             ]
@@ -134,29 +171,32 @@ def format_nbest(index: int, options: list[Translation]) -> list[str]:
 
 
 def translate_lines(
-    model: Transformer,
-    tokenizers: Tokenizers,
+    translate: Callable[[list[str]], TranslationResult],
     lines: Iterable[str],
-    decode: DecodeConfig,
+    nbest: int,
     write: Callable[[str], None],
     warn: Callable[[str], None],
     chunk: int = 2000,
 ) -> int:
     """Translates a stream of lines in chunks (bounded memory), keeping line alignment.
 
-    Each input line gives one output line (``decode.nbest`` lines with ``nbest`` > 1); an
-    empty line gives an empty line. Returns the number of input lines.
+    Args:
+        translate: an engine's sentences -> TranslationResult (``translate`` above, bound to a
+            model, or another engine's).
+        nbest: lines written per input line; > 1 writes Moses-style n-best lines.
+    Each input line gives one output line (``nbest`` lines with ``nbest`` > 1); an empty line
+    gives an empty line. Returns the number of input lines.
     """
     done = 0
     buffer: list[str] = []
 
     def flush() -> None:
-        result = translate(model, tokenizers, buffer, decode)
+        result = translate(buffer)
         for i in result.truncated:
             warn(f"line {done + i + 1}: longer than the model accepts; translated its beginning")
         for i, options in enumerate(result.nbest):
-            if decode.nbest > 1:
-                for line in format_nbest(done + i, options[: decode.nbest]):
+            if nbest > 1:
+                for line in format_nbest(done + i, options[:nbest]):
                     write(line)
             else:
                 write(options[0].text)

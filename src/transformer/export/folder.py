@@ -1,0 +1,149 @@
+"""The exported model's folder: what ``transformer export`` writes, and the rules that protect OUT.
+
+    OUT/model.bin                      the weights, written by CTranslate2's spec API
+    OUT/config.json                    CTranslate2's model config (special tokens, ε)
+    OUT/shared_vocabulary.json         or source_ and target_vocabulary.json: pieces in id order
+    OUT/tokenizer/                     our SentencePiece model(s), copied: joint.model, or
+                                       src.model and tgt.model
+    OUT/transformer-export.json        what this is: the run's config, the checkpoint it came
+                                       from, the quantization
+
+Nothing a user has is lost: OUT must be missing, empty, or an earlier export (it has
+``transformer-export.json``); anything else is refused before any work. The new export is built
+in a hidden sibling folder and renamed into place once complete; an earlier export is moved
+aside first and deleted after the rename, so an interruption leaves the old export or the new
+one (in the worst case under ``.OUT.replaced-*``), never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import RunConfig
+from ..config_files import build_config
+from ..data.tokenizer import Tokenizers
+from ..errors import UserError
+from ..files import fsync_dir, fsync_tree, remove_tree, write_json_atomic
+from ..model.transformer import Transformer
+from ..training.checkpoint import load_checkpoint, model_dir_of
+from .spec import import_ctranslate2, transformer_spec
+
+MARKER = "transformer-export.json"
+FORMAT = "transformer/ctranslate2"
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class ExportInfo:
+    """What an export's ``transformer-export.json`` says."""
+
+    config: RunConfig  # the run's config: the model, its data (test split) and decode settings
+    quantization: str
+    source: str  # the checkpoint folder it was exported from
+
+
+def is_export(path: Path) -> bool:
+    """Whether ``path`` is a folder that ``transformer export`` wrote."""
+    return (path / MARKER).is_file()
+
+
+def read_export(path: Path) -> ExportInfo:
+    """Reads an export's ``transformer-export.json`` (a UserError names a damaged one)."""
+    marker = path / MARKER
+    try:
+        values = json.loads(marker.read_text(encoding="utf-8"))
+        if values.get("format") != FORMAT:
+            raise ValueError(f"format is {values.get('format')!r}, expected {FORMAT!r}")
+        return ExportInfo(
+            build_config(values["config"], str(marker)), values["quantization"], values["source"]
+        )
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+        raise UserError(f"cannot read {marker}: {error}") from None
+
+
+def save_model(
+    model: Transformer,
+    tokenizers: Tokenizers,
+    config: RunConfig,
+    folder: Path,
+    quantization: str = "float32",
+    source: str = "",
+) -> None:
+    """Writes a CTranslate2 model, its tokenizers and ``transformer-export.json`` into the empty
+    ``folder`` (no atomicity here: ``export_model`` builds aside and renames)."""
+    spec = transformer_spec(model, tokenizers.src.vocabulary(), tokenizers.tgt.vocabulary())
+    spec.optimize(quantization=quantization)  # stores shared tables once, quantizes the weights
+    spec.save(str(folder))
+    tokenizers.save(folder)
+    info = {"format": FORMAT, "quantization": quantization, "source": source,
+            "config": config.to_dict()}  # fmt: skip
+    write_json_atomic(folder / MARKER, info)
+
+
+def export_model(
+    model_dir: str | Path, out: str | Path, quantization: str = "float32", checkpoint: str = "best"
+) -> ExportInfo:
+    """What ``transformer export MODEL_DIR --to ctranslate2 OUT`` does.
+
+    Args:
+        model_dir: a model directory or one of its checkpoint folders.
+        out: the export's folder: missing, empty or an earlier export (replaced).
+        quantization: the weights' type in the export: float32, int8 (int8 weights, computed
+            in int8 with float32 elsewhere), int8_float32 or bfloat16.
+        checkpoint: ``best`` or ``last`` of a model directory.
+    """
+    out = Path(out)
+    import_ctranslate2()  # before any work: without it, say how to install it
+    if quantization not in QUANTIZATIONS:
+        raise UserError(f"unknown --quantization {quantization!r}; choose from "
+                        f"{', '.join(QUANTIZATIONS)}")  # fmt: skip
+    _check_replaceable(out)
+    loaded = load_checkpoint(Path(model_dir), checkpoint, "cpu")
+    tokenizers = Tokenizers.load(model_dir_of(loaded.path))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.export-"))
+    try:
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; give the usual mode
+        save_model(loaded.model, tokenizers, loaded.config, staging, quantization, str(loaded.path))
+        fsync_tree(staging)  # on disk before the rename makes the export visible
+        _move_into_place(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return ExportInfo(loaded.config, quantization, str(loaded.path))
+
+
+def _check_replaceable(out: Path) -> None:
+    """OUT may be missing, an empty folder, or an earlier export; anything else is refused."""
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir():
+        raise UserError(f"{out} exists and is not a folder; choose another OUT")
+    if any(out.iterdir()) and not is_export(out):
+        raise UserError(
+            f"{out} is not empty and holds no earlier export ({MARKER}); nothing in it is "
+            "replaced: choose a new or empty OUT"
+        )
+
+
+def _move_into_place(staging: Path, out: Path) -> None:
+    """Renames the finished export to OUT; an earlier export is moved aside, then deleted."""
+    if out.exists() and any(out.iterdir()):
+        aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.replaced-"))
+        os.replace(out, aside / out.name)
+        os.replace(staging, out)
+        fsync_dir(out.parent)
+        remove_tree(aside)
+    else:
+        os.replace(staging, out)  # onto a missing name or an empty folder
+        fsync_dir(out.parent)
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
