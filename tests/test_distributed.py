@@ -225,3 +225,11 @@ def test_a_damaged_binary_file_is_an_error_that_names_it(one_step_run, tmp_path,
 def _truncate(path: Path, n: int) -> None:
     data = path.read_bytes()
     path.write_bytes(data[:-n])
+
+
+def test_a_training_with_its_own_thread_count_leaves_the_callers(tmp_path):
+    before = torch.get_num_threads()
+    threads = 1 if before != 1 else 2
+    cfg = config_from_args([*TINY, "--max_steps", "1", "--threads", str(threads)])
+    train(cfg, tmp_path / "run", progress=False)
+    assert torch.get_num_threads() == before  # other runs in this process keep their results

@@ -91,6 +91,7 @@ def train(
         progress: show a tqdm progress bar.
     """
     world = world_from_env()
+    threads = torch.get_num_threads()  # runtime.threads applies to this training only
     device = prepare_runtime(config.runtime, world.local_rank)  # before anything is written
     init(world, device, config.runtime.timeout_minutes)
     try:
@@ -106,6 +107,7 @@ def train(
         ) from error
     finally:
         finish(world)
+        torch.set_num_threads(threads)
 
 
 def _lost_contact(error: BaseException) -> bool:
