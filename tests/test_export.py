@@ -35,6 +35,7 @@ from transformer.export import (
     transformer_spec,
     translate_batch_options,
 )
+from transformer.export import engine as engine_module
 from transformer.export import spec as spec_module
 from transformer.inference import translate_ids
 from transformer.inference.evaluate import score_translations
@@ -335,3 +336,26 @@ def test_decode_options_map_onto_translate_batch():
     assert (sampled["beam_size"], sampled["num_hypotheses"]) == (1, 3)
     assert (sampled["sampling_topk"], sampled["sampling_temperature"]) == (10, 0.7)
     assert math.isclose(sampled["length_penalty"], 0.0)
+
+
+@needs_ct2
+def test_converting_on_the_fly_runs_torch_on_one_thread_and_restores_its_threads(
+    numbers_model, monkeypatch
+):
+    # Torch on several threads before CTranslate2 starts slows CTranslate2's own threads
+    # (export/engine.py, _torch_on_one_thread); afterwards torch has its threads back.
+    seen = []
+    real_save_model = engine_module.save_model
+
+    def save_model(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real_save_model(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "save_model", save_model)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        load_ctranslate2(numbers_model)
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
