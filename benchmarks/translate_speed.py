@@ -1,0 +1,426 @@
+"""Translation speed side by side: our torch decoder, CTranslate2 fp32 / int8, Hugging Face Marian.
+
+    .venv/bin/pip install -e '.[ct2,bench]'      # ctranslate2, and transformers for Marian
+    .venv/bin/python benchmarks/translate_speed.py                       # fixed lengths only
+    .venv/bin/python benchmarks/translate_speed.py --model runs/multi30k-de-en   # and a run
+    .venv/bin/python benchmarks/translate_speed.py --threads 2,1    # each table on 2, then 1
+
+One run compares, on the same model and the same sentences, greedy search and beam 4 through:
+- ``torch``: our decoder (``translate_ids``), with the key/value cache, and ``torch-nocache``;
+- ``ct2-float32`` and ``ct2-int8``: the model exported with ``transformer.export`` and run with
+  the ctranslate2 engine's option mapping (patience 2); ``ct2-int8-p1``: int8 with CTranslate2's
+  default patience 1, to show what patience 2 costs;
+- ``marian``: Hugging Face ``MarianMTModel.generate``, the closest architecture (post-norm,
+  sinusoidal positions, √d_model scale, biases, ReLU), with our weights copied in, so that it
+  computes the same function (the "same as ours" column counts the sentences whose best output
+  equals ours token for token).
+
+Settings (both in one run when ``--model`` is given):
+- ``fixed``: the ``small`` preset (``--preset``) with random weights (vocab 8000), 64 source
+  sentences of 10-30 tokens; every output is forced to 26 decoder steps (25 tokens + EOS for
+  ours, whose search forces EOS at the limit while EOS is held back; ``min = max = 26`` new
+  tokens for CTranslate2 and Marian), so every engine does the same work;
+- ``run``: a trained model directory on its own test split (``--limit`` sentences), natural
+  lengths, with each engine's BLEU.
+
+Timing on a shared machine. Each row runs in a fresh process on ``--threads`` threads: a warm-up
+on 8 sentences, then one timed pass over all of them. The rows are measured in ``--rounds``
+rounds, every engine once per round, and each row keeps its fastest pass: a burst of load from
+other work slows one pass, not one engine. A 512×512 matmul probe measures the CPU (GFLOP/s on
+the same threads) just before and just after each pass; a pass during which it fell below 70%
+of the best probe is run again 20 s later (up to 6 times). The table gives the probes' range
+for the passes kept, to show how busy the machine was.
+Peak memory is the peak resident memory above the process's size after its imports (model +
+search). Tokens/s counts output tokens including EOS (26 per sentence in ``fixed``).
+CPU only: there are no GPU rows yet. Writes the tables to ``--markdown``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from importlib.metadata import version
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_speed import HoldBackEos, random_sentences  # noqa: E402 (the script's own folder)
+
+from transformer.config import DecodeConfig, ModelConfig  # noqa: E402
+from transformer.data.batching import pad  # noqa: E402
+from transformer.data.corpora import load_splits  # noqa: E402
+from transformer.inference import translate_ids  # noqa: E402
+from transformer.inference.evaluate import score_translations  # noqa: E402
+from transformer.model import Transformer  # noqa: E402
+from transformer.training.checkpoint import (  # noqa: E402
+    load_checkpoint,
+    read_config,
+    resolve_checkpoint,
+)
+from transformer.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+
+ENGINES = ["torch", "torch-nocache", "ct2-float32", "ct2-int8", "ct2-int8-p1", "marian"]
+SEARCHES = {"greedy": 1, "beam 4": 4}
+STEPS = 25  # fixed setting: output tokens before EOS
+WARM_UP = 8  # sentences
+QUIET = 0.7  # a pass counts when the CPU probes around it reach 70% of the best probe
+RETRIES = 6  # passes of one row in one round at most, while the CPU stays busy
+RESULTS = Path(__file__).parent / "results"
+
+
+# --- the models, as each engine loads them ----------------------------------------------------
+def torch_model(args: argparse.Namespace) -> Transformer:
+    """Our model: the run's best checkpoint, or ``--preset`` with seeded random weights."""
+    if args.setting == "run":
+        return load_checkpoint(Path(args.model)).model
+    config = ModelConfig.preset(args.preset, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab)
+    torch.manual_seed(args.seed)
+    return Transformer(config).eval()
+
+
+def marian_from(model: Transformer):
+    """A ``MarianMTModel`` with our weights: the same function, Hugging Face's implementation."""
+    from transformers import MarianConfig, MarianMTModel
+
+    c = model.config
+    assert not c.norm_first and c.positional == "sinusoidal", "Marian is post-norm, sinusoidal"
+    config = MarianConfig(
+        vocab_size=c.src_vocab_size, decoder_vocab_size=c.tgt_vocab_size, d_model=c.d_model,
+        encoder_layers=c.n_encoder_layers, decoder_layers=c.n_decoder_layers,
+        encoder_attention_heads=c.n_heads, decoder_attention_heads=c.n_heads,
+        encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, activation_function="relu",
+        max_position_embeddings=c.max_positions, scale_embedding=True, dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID, forced_eos_token_id=None, tie_word_embeddings=c.tie_output,
+        share_encoder_decoder_embeddings=c.share_embeddings,
+    )  # fmt: skip
+    marian = MarianMTModel(config).eval()
+    m = marian.model
+    ours = dict(model.named_parameters())
+    with torch.no_grad():
+        m.encoder.embed_tokens.weight.copy_(model.src_embed.tokens.weight)
+        m.decoder.embed_tokens.weight.copy_(model.tgt_embed.tokens.weight)
+        marian.lm_head.weight.copy_(model.output.weight)
+        for stack in (m.encoder.embed_positions, m.decoder.embed_positions):
+            stack.weight.copy_(model.src_embed.positions.table)  # ours interleave sin and cos
+        pairs = {"self_attn": "self_attn", "encoder_attn": "cross_attn"}
+        norms = {"encoder": {"self_attn_layer_norm": "norm1", "final_layer_norm": "norm2"},
+                 "decoder": {"self_attn_layer_norm": "norm1", "encoder_attn_layer_norm": "norm2",
+                             "final_layer_norm": "norm3"}}  # fmt: skip
+        for name, param in m.named_parameters():
+            if ".layers." not in name:  # the embeddings, copied above
+                continue
+            stack, _, i, module, *rest = name.split(".")
+            prefix = f"{stack}.layers.{i}"
+            if module in pairs:  # self_attn.q_proj.weight -> self_attn.w_q.weight, out_proj -> w_o
+                ours_name = f"{prefix}.{pairs[module]}.w_{rest[0][0]}.{rest[1]}"
+            elif module in ("fc1", "fc2"):
+                ours_name = f"{prefix}.feed_forward.linear{module[-1]}.{rest[0]}"
+            else:
+                kind = {"weight": "gamma", "bias": "beta"}[rest[0]]
+                ours_name = f"{prefix}.{norms[stack][module]}.{kind}"
+            param.copy_(ours[ours_name])
+    return marian
+
+
+def ct2_folder(args: argparse.Namespace, model: Transformer, quantization: str, out: Path) -> None:
+    """Exports ``model`` for CTranslate2 (a run through ``export_model``; the random model with
+    stand-in pieces "p4", "p5", ... since it has no tokenizer)."""
+    from transformer.export import export_model, transformer_spec
+
+    if args.setting == "run":
+        export_model(args.model, out, quantization)
+        return
+    pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [f"p{i}" for i in range(4, args.vocab)]
+    spec = transformer_spec(model, pieces, pieces)
+    spec.optimize(quantization=quantization)
+    out.mkdir()
+    spec.save(str(out))
+
+
+# --- one row: a fresh process ----------------------------------------------------------------
+def rss_mb(field: str = "VmRSS") -> float:
+    """The process's resident memory now (VmRSS), or its peak so far (VmHWM). Not getrusage's
+    ru_maxrss: a child started by subprocess inherits the parent's peak in it across exec."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def worker(args: argparse.Namespace) -> dict:
+    """Times one engine and search; returns what it measured (and its outputs, for BLEU)."""
+    torch.set_num_threads(args.threads)
+    sentences = json.loads(Path(args.bench, "sentences.json").read_text())
+    decode = _decode(args, SEARCHES[args.search])
+    library = {"ct2": "ctranslate2", "marian": "transformers"}.get(args.engine.split("-")[0])
+    if library:
+        importlib.import_module(library)  # before the base: the library is not the search
+    base = rss_mb()
+    run = _runner(args, decode)
+    run(sentences[:WARM_UP])  # lazy initialisations, allocator pools
+    start = time.perf_counter()
+    outputs = run(sentences)
+    seconds = time.perf_counter() - start
+    peak = rss_mb("VmHWM")
+    if args.setting == "fixed":
+        assert all(len(o) == STEPS for o in outputs), "every output must have 25 tokens + EOS"
+    return {"engine": args.engine, "search": args.search, "seconds": seconds,
+            "sentences": len(sentences), "tokens": sum(len(o) + 1 for o in outputs),
+            "peak_mb": peak - base, "outputs": outputs}  # fmt: skip
+
+
+def _decode(args: argparse.Namespace, beam: int) -> DecodeConfig:
+    if args.setting == "fixed":
+        return DecodeConfig(beam_size=beam, max_len_a=0.0, max_len_b=STEPS, batch_size=64)
+    # The saved config only: loading the weights runs torch on several threads, which slows
+    # CTranslate2's threads in the same process (export/engine.py, _torch_on_one_thread).
+    saved = read_config(resolve_checkpoint(Path(args.model))).decode
+    return saved.with_search(beam_size=beam, batch_size=64)
+
+
+def _runner(args: argparse.Namespace, decode: DecodeConfig):
+    """A function that translates sentences (source ids) and returns the best output ids."""
+    if args.engine.startswith("torch"):
+        model = torch_model(args)
+        model = HoldBackEos(model) if args.setting == "fixed" else model
+        cache = args.engine == "torch"
+
+        def run(sentences: list[list[int]]) -> list[list[int]]:
+            return [h[0].tokens for h in translate_ids(model, sentences, decode, cache)]
+
+        return run
+    if args.engine.startswith("ct2"):
+        return _ct2_runner(args, decode)
+    return _marian_runner(args, decode)
+
+
+def _ct2_runner(args: argparse.Namespace, decode: DecodeConfig):
+    import ctranslate2
+
+    from transformer.config import RuntimeConfig
+    from transformer.export import PATIENCE, load_ctranslate2, translate_batch_options
+
+    quantization = args.engine.split("-")[1]
+    folder = Path(args.bench, f"ct2-{quantization}")
+    patience = 1.0 if args.engine.endswith("-p1") else PATIENCE
+    if args.setting == "run":
+        runtime = RuntimeConfig(device="cpu", threads=args.threads)
+        engine = load_ctranslate2(
+            folder, runtime=runtime, beam_size=decode.beam_size, batch_size=64
+        )
+        engine = replace(engine, patience=patience)  # its options again, with this patience
+        return lambda sentences: [h[0].tokens for h in engine.search_ids(sentences)]
+    translator = ctranslate2.Translator(str(folder), intra_threads=args.threads)
+    options = translate_batch_options(decode, {PAD_ID: "<pad>", BOS_ID: "<s>"}, patience)
+    options |= {"min_decoding_length": STEPS + 1, "max_decoding_length": STEPS + 1}
+
+    def run(sentences: list[list[int]]) -> list[list[int]]:
+        source = [[f"p{i}" if i > EOS_ID else "</s>" for i in s] for s in sentences]
+        results = translator.translate_batch(source, max_batch_size=64, **options)
+        return [[int(p[1:]) for p in r.hypotheses[0]][:STEPS] for r in results]
+
+    return run
+
+
+def _marian_runner(args: argparse.Namespace, decode: DecodeConfig):
+    model = marian_from(torch_model(args))
+    fixed = args.setting == "fixed"
+
+    def run(sentences: list[list[int]]) -> list[list[int]]:
+        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+        found: dict[int, list[int]] = {}
+        for rows in [order[i : i + 64] for i in range(0, len(order), 64)]:
+            width = max(len(sentences[i]) for i in rows)
+            ids = pad([sentences[i] for i in rows])  # (B, S)
+            limit = STEPS + 1 if fixed else math.floor(decode.max_len_a * width + decode.max_len_b)
+            with torch.inference_mode():
+                out = model.generate(
+                    input_ids=ids, attention_mask=ids != PAD_ID, num_beams=decode.beam_size,
+                    do_sample=False, length_penalty=decode.length_penalty,
+                    max_new_tokens=limit + (0 if fixed else 1),
+                    min_new_tokens=limit if fixed else 0, suppress_tokens=[PAD_ID, BOS_ID],
+                )  # fmt: skip
+            for i, row in zip(rows, out.tolist(), strict=True):
+                tokens = [t for t in row[1:] if t != PAD_ID]
+                tokens = tokens[: tokens.index(EOS_ID)] if EOS_ID in tokens else tokens
+                found[i] = tokens[:STEPS] if fixed else tokens
+        return [found[i] for i in range(len(sentences))]
+
+    return run
+
+
+# --- the whole comparison --------------------------------------------------------------------
+def prepare(args: argparse.Namespace, bench: Path) -> list[str]:
+    """Writes the sentences and the CTranslate2 exports into ``bench``; returns the references
+    (the test split's targets; none for random sentences)."""
+    model = torch_model(args)
+    if args.setting == "fixed":
+        sentences = random_sentences(argparse.Namespace(
+            seed=args.seed, min_len=10, max_len=30, sentences=64, vocab=args.vocab))  # fmt: skip
+        references: list[str] = []
+    else:
+        from transformer.data.batching import encode_source
+        from transformer.data.tokenizer import Tokenizers
+
+        loaded = load_checkpoint(Path(args.model))
+        pairs = load_splits(loaded.config.data).test[: args.limit]
+        src = Tokenizers.load(args.model).src
+        limit = loaded.config.model.max_positions
+        sentences = [encode_source(src.encode(s))[-limit:] for s, _ in pairs]
+        references = [t for _, t in pairs]
+    Path(bench, "sentences.json").write_text(json.dumps(sentences))
+    for quantization in ("float32", "int8"):
+        ct2_folder(args, model, quantization, bench / f"ct2-{quantization}")
+    return references
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
+def cpu_probe(threads: int) -> float:
+    """GFLOP/s of 512×512 float32 matmuls on ``threads`` threads: how much CPU we get now."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(512, 512), torch.randn(512, 512)
+    start = time.perf_counter()
+    for _ in range(50):
+        a @ b
+    return 50 * 2 * 512**3 / (time.perf_counter() - start) / 1e9
+
+
+def measure(args: argparse.Namespace, bench: Path, engines: list[str]) -> tuple[list, list]:
+    """Every (search, engine) row, fastest of ``--rounds``; and the CPU probe of each pass kept
+    (the lower of the probes just before and just after it)."""
+    best: dict[tuple[str, str], dict] = {}
+    probes = []
+    top = max(cpu_probe(args.threads) for _ in range(3))  # the CPU when nobody else uses it
+    for round_ in range(args.rounds):
+        for search in SEARCHES:
+            for engine in engines:
+                command = [sys.executable, __file__, *sys.argv[1:], "--setting", args.setting,
+                           "--threads", str(args.threads), "--bench", str(bench),
+                           "--worker", engine, search]  # fmt: skip
+                for _ in range(RETRIES):
+                    before = cpu_probe(args.threads)
+                    done = subprocess.run(command, capture_output=True, text=True, check=True)
+                    probe = min(before, cpu_probe(args.threads))
+                    top = max(top, before, probe)
+                    if probe >= QUIET * top:
+                        break
+                    print(f"  busy CPU ({probe:.0f} of {top:.0f} GFLOP/s): {engine} {search} "
+                          "again in 20 s", file=sys.stderr)  # fmt: skip
+                    time.sleep(20)
+                row = json.loads(done.stdout.splitlines()[-1])
+                probes.append(probe)
+                key = (search, engine)
+                if key not in best or row["seconds"] < best[key]["seconds"]:
+                    best[key] = row | {
+                        "peak_mb": max(row["peak_mb"], best.get(key, row)["peak_mb"])
+                    }
+                print(f"  {args.setting} round {round_ + 1}: {engine:<14} {search:<7} "
+                      f"{row['seconds']:7.2f} s  (CPU {probe:.0f} GFLOP/s)",
+                      file=sys.stderr)  # fmt: skip
+    return [best[(s, e)] for s in SEARCHES for e in engines], probes
+
+
+def table(args: argparse.Namespace, rows: list[dict], probes: list, references: list) -> list:
+    """The markdown lines of one setting: the table, then the ratios the issue asks for."""
+    tgt = None
+    if references:
+        from transformer.data.tokenizer import Tokenizers
+
+        tgt = Tokenizers.load(args.model).tgt
+    c = ModelConfig.preset(args.preset)
+    what = (f"`{args.model}`, its test split ({len(references)} sentences), natural lengths"
+            if tgt else f"`{args.preset}` preset (d_model {c.d_model}, {c.n_encoder_layers} + "
+            f"{c.n_decoder_layers} layers, d_ff {c.d_ff}, vocab {args.vocab}), random weights, "
+            "64 sentences of 10-30 tokens, every output 25 tokens + EOS")  # fmt: skip
+    lines = [f"**{args.setting}**: {what}; {args.threads} threads, fastest of {args.rounds} "
+             f"rounds; CPU probe around the passes {min(probes):.0f}-{max(probes):.0f} GFLOP/s "
+             f"(median {sorted(probes)[len(probes) // 2]:.0f}).", "",
+             "| search | engine | seconds | sentences/s | tokens/s | peak MB | speed vs ours "
+             "| same as ours |" + (" BLEU |" if tgt else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if tgt else "")]  # fmt: skip
+    seconds = {(r["search"], r["engine"]): r["seconds"] for r in rows}
+    bleu = {}
+    for row in rows:
+        ours = next(r for r in rows if r["search"] == row["search"] and r["engine"] == "torch")
+        s = row["seconds"]
+        same = sum(a == b for a, b in zip(row["outputs"], ours["outputs"], strict=True))
+        line = (f"| {row['search']} | {row['engine']} | {s:.2f} | {row['sentences'] / s:.1f} | "
+                f"{row['tokens'] / s:,.0f} | {row['peak_mb']:.0f} | {ours['seconds'] / s:.2f}× | "
+                f"{same}/{len(row['outputs'])} |")  # fmt: skip
+        if tgt:
+            hypotheses = [tgt.decode(o) for o in row["outputs"]]
+            bleu[row["search"], row["engine"]] = score_translations(hypotheses, references)[0]
+            line += f" {bleu[row['search'], row['engine']].score:.2f} |"
+        lines.append(line)
+    lines += ["", "| ratio | measured | target |", "|---|---|---|"]
+    for search in SEARCHES:
+        if (search, "marian") in seconds:
+            ratio = seconds[search, "marian"] / seconds[search, "torch"]
+            lines.append(f"| ours vs Marian, {search} | {ratio:.2f}× | ≥ 1.5× |")
+    if ("beam 4", "ct2-int8") in seconds:
+        ratio = seconds["beam 4", "torch"] / seconds["beam 4", "ct2-int8"]
+        lines.append(f"| CTranslate2 int8 vs ours, beam 4 | {ratio:.2f}× | ≥ 3× |")
+    if ("beam 4", "ct2-int8") in bleu:
+        a, b = bleu["beam 4", "torch"].score, bleu["beam 4", "ct2-int8"].score
+        lines.append(f"| BLEU, CTranslate2 int8 vs ours, beam 4 | {b:.2f} vs {a:.2f} "
+                     f"({b - a:+.2f}) | within 0.3 |")  # fmt: skip
+    return lines + [""]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="also the `run` setting: a trained model directory")
+    parser.add_argument("--limit", type=int, default=1000, help="run: test sentences")
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--threads", default="2", help="CPU threads, or a list: 2,1")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds; the fastest counts")
+    parser.add_argument("--preset", default="small", help="fixed: the model's size")
+    parser.add_argument("--vocab", type=int, default=8000, help="fixed: vocabulary size")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--markdown", default=str(RESULTS / "translate_speed.md"))
+    parser.add_argument("--setting", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=2, metavar=("ENGINE", "SEARCH"), help=argparse.SUPPRESS)
+    parser.add_argument("--bench", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        args.engine, args.search = args.worker
+        args.threads = int(args.threads)
+        print(json.dumps(worker(args)))
+        return
+    versions = ", ".join(f"{p} {version(p)}" for p in ("torch", "ctranslate2", "transformers"))
+    lines = [f"`{shlex.join(['python', 'benchmarks/translate_speed.py', *sys.argv[1:]])}`", "",
+             f"{time.strftime('%Y-%m-%d %H:%M')}; {cpu_name()}, {os.cpu_count()} cores; "
+             f"{versions}.", ""]  # fmt: skip
+    for setting in ["fixed"] + (["run"] if args.model else []):
+        args.setting = setting
+        with tempfile.TemporaryDirectory(prefix="translate-speed-") as bench:
+            references = prepare(args, Path(bench))
+            for threads in [int(t) for t in args.threads.split(",")]:
+                args_now = argparse.Namespace(**{**vars(args), "threads": threads})
+                rows, probes = measure(args_now, Path(bench), args.engines.split(","))
+                lines += table(args_now, rows, probes, references)
+    Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.markdown).write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
