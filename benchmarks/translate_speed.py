@@ -48,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 
@@ -219,8 +220,7 @@ def _ct2_runner(args: argparse.Namespace, decode: DecodeConfig):
         engine = load_ctranslate2(
             folder, runtime=runtime, beam_size=decode.beam_size, batch_size=64
         )
-        engine.patience = patience
-        engine.__post_init__()  # the options again, with this patience
+        engine = replace(engine, patience=patience)  # its options again, with this patience
         return lambda sentences: [h[0].tokens for h in engine.search_ids(sentences)]
     translator = ctranslate2.Translator(str(folder), intra_threads=args.threads)
     options = translate_batch_options(decode, {PAD_ID: "<pad>", BOS_ID: "<s>"}, patience)
