@@ -19,13 +19,12 @@ pytest.importorskip("fastapi")
 import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-import transformer.serve.batcher as batcher_module  # noqa: E402
 from transformer.cli import main  # noqa: E402
 from transformer.config import RuntimeConfig  # noqa: E402
 from transformer.config_serve import API_KEY_ENV, ServeConfig  # noqa: E402
 from transformer.errors import BadValue, UserError  # noqa: E402
 from transformer.inference.translator import translate  # noqa: E402
-from transformer.jobs import load_translator  # noqa: E402
+from transformer.jobs import load_engine, load_translator  # noqa: E402
 from transformer.serve import create_app  # noqa: E402
 from transformer.serve.server import with_api_key  # noqa: E402
 
@@ -127,6 +126,7 @@ def test_info_health_page_and_schema(translator):
         schema = client.get("/openapi.json").json()
     assert (info["source_language"], info["target_language"]) == ("en", "fr")
     assert info["parameters"] == sum(p.numel() for p in translator.model.parameters())
+    assert (info["engine"], info["device"]) == ("torch", "cpu")
     assert info["model"]["d_model"] == translator.model.config.d_model
     assert info["limits"]["max_sentences"] == 7
     assert health == {"status": "ok", "in_flight": 0}
@@ -167,13 +167,13 @@ def test_concurrent_requests_are_decoded_together_and_each_gets_its_own(translat
 
 
 def test_the_worker_alone_runs_the_model(translator, monkeypatch):
-    threads, real = set(), batcher_module.translate
+    threads, real = set(), translator.translate
 
     def recording(*args, **kwargs):
         threads.add(threading.current_thread().name)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(batcher_module, "translate", recording)
+    monkeypatch.setattr(translator, "translate", recording)
     app = create_app(translator, ServeConfig(max_wait_ms=20))
     try:
         asyncio.run(_post_all(app, [{"sentences": [s]} for s in SENTENCES if s]))
@@ -232,16 +232,16 @@ def test_invalid_requests_name_the_field_without_echoing_it(translator):
 
 
 @contextmanager
-def stalled_worker(monkeypatch):
+def stalled_worker(translator, monkeypatch):
     """The worker blocks inside translate until the returned event is set; counts its calls."""
-    gate, calls, real = threading.Event(), [], batcher_module.translate
+    gate, calls, real = threading.Event(), [], translator.translate
 
     def waiting(*args, **kwargs):
-        calls.append(args[2])
+        calls.append(args[0])
         gate.wait(10)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(batcher_module, "translate", waiting)
+    monkeypatch.setattr(translator, "translate", waiting)
     try:
         yield gate, calls
     finally:
@@ -272,7 +272,7 @@ def test_a_full_queue_answers_429_with_retry_after(translator, monkeypatch):
             gate.set()
             return refused, await busy, await queued
 
-    with stalled_worker(monkeypatch) as (gate, calls):
+    with stalled_worker(translator, monkeypatch) as (gate, calls):
         try:
             refused, busy, queued = asyncio.run(scenario())
         finally:
@@ -296,7 +296,7 @@ def test_a_request_that_waits_too_long_answers_504_and_is_not_decoded(translator
             gate.set()
             return await first, second
 
-    with stalled_worker(monkeypatch) as (gate, calls):
+    with stalled_worker(translator, monkeypatch) as (gate, calls):
         try:
             first, second = asyncio.run(scenario())
         finally:
@@ -310,7 +310,7 @@ def test_a_bug_is_a_500_whose_body_tells_nothing(translator, monkeypatch, caplog
     def broken(*args, **kwargs):
         raise RuntimeError("secret internals at /home/someone")
 
-    monkeypatch.setattr(batcher_module, "translate", broken)
+    monkeypatch.setattr(translator, "translate", broken)
     with client_for(translator) as client, caplog.at_level(logging.ERROR):
         response = client.post("/translate", json={"sentences": ["one"]})
         after = client.get("/health")
@@ -383,6 +383,46 @@ def test_serve_config_checks_its_values():
         ServeConfig(max_chars=0)
     with pytest.raises(BadValue, match="host"):
         ServeConfig(host=" ")
+
+
+# ------------------------------------------------------------------- the ctranslate2 engine
+def test_the_ctranslate2_engine_serves_what_it_translates(numbers_model, translator):
+    pytest.importorskip("ctranslate2")
+    engine = load_engine(numbers_model, "ctranslate2", runtime=RuntimeConfig(device="cpu"))
+    with client_for(engine) as client:
+        greedy = client.post("/translate", json={"sentences": SENTENCES, "beam": 1})
+        beam = client.post("/translate", json={"sentences": SENTENCES, "beam": 3, "nbest": 2})
+        info = client.get("/info").json()
+        attention = client.post("/attention", json={"sentence": "twelve"})
+    # The search settings of each request reach CTranslate2: what the engine itself gives.
+    for response, search in ((greedy, {"beam_size": 1}), (beam, {"beam_size": 3, "nbest": 2})):
+        assert response.status_code == 200, response.text
+        want = engine.translate(SENTENCES, replace(engine.decode, **search)).nbest
+        assert_same(response.json(), want)
+    assert [len(t["nbest"]) for t in beam.json()["translations"]] == [2] * 8 + [1, 2]
+    # Greedy through CTranslate2 is ours, sentence for sentence (tests/test_export.py).
+    ours = expected(translator, SENTENCES, beam_size=1)
+    assert [t["text"] for t in greedy.json()["translations"]] == [n[0].text for n in ours]
+    assert (info["engine"], info["device"]) == ("ctranslate2", "cpu")
+    assert info["parameters"] == sum(p.numel() for p in translator.model.parameters())
+    assert_error(attention, 501, "not_implemented", "torch engine", "ctranslate2")
+
+
+def test_serve_engine_ctranslate2_on_an_export(numbers_model, tmp_path, server_process, capsys):
+    pytest.importorskip("ctranslate2")
+    export = tmp_path / "ct2"
+    assert main(["export", str(numbers_model), "--to", "ctranslate2", str(export),
+                 "--quantization", "int8"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["serve", str(export), "--port", "0"]) == 2  # the torch engine cannot load it
+    assert "--engine ctranslate2" in capsys.readouterr().err
+    proc, url = server_process(export, "--engine", "ctranslate2")
+    said = httpx.post(f"{url}/translate", json={"sentences": ["twelve", "", "one"]}, timeout=30)
+    info = httpx.get(f"{url}/info", timeout=5).json()
+    assert said.status_code == 200, said.text
+    texts = [t["text"] for t in said.json()["translations"]]
+    assert texts[1] == "" and all(texts[i] for i in (0, 2))
+    assert info["engine"] == "ctranslate2" and info["checkpoint"] == "ct2"
 
 
 # ------------------------------------------------------------------ a real server process

@@ -234,6 +234,11 @@ def _attention(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     print("\n".join(lines))
 
 
+def _serve_options(p: ArgumentParser) -> None:
+    _model_options(p)
+    _engine_options(p)
+
+
 def _serve(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     try:
         from .serve import serve
@@ -242,7 +247,7 @@ def _serve(ns: argparse.Namespace, given: dict[str, dict]) -> None:
                         "'transformer[serve]' (fastapi, uvicorn)") from None  # fmt: skip
 
     config = ServeConfig(**given.get("serve", {}))
-    serve(ns.model_dir, ns.checkpoint, config, _runtime(given), given.get("decode", {}))
+    serve(ns.model_dir, ns.checkpoint, config, _runtime(given), given.get("decode", {}), ns.engine)
 
 
 COMMANDS = {
@@ -263,7 +268,7 @@ COMMANDS = {
     "evaluate": Command("translate a test set and score it with sacreBLEU", ("decode", "runtime"),
                         _evaluate_options, _evaluate),
     "serve": Command("serve translations over HTTP, with a web page",
-                     ("serve", "decode", "runtime"), _model_options, _serve,
+                     ("serve", "decode", "runtime"), _serve_options, _serve,
                      "Serves MODEL_DIR on http://127.0.0.1:8000 (--host, --port): POST /translate, "
                      "POST /attention, GET /info, GET /health, the OpenAPI schema at "
                      "/openapi.json and a web page at /. Another address than loopback needs an "

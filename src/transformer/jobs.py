@@ -54,22 +54,44 @@ class Translator:
         """The runtime's precision (autocast) around a search."""
         return autocast(next(self.model.parameters()).device, self.runtime.precision)
 
-    def translate(self, sentences: list[str]) -> TranslationResult:
-        """Translates with the torch model, in the runtime's precision."""
+    name = "torch"
+
+    @property
+    def device(self) -> str:
+        return str(next(self.model.parameters()).device)
+
+    @property
+    def parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def translate(
+        self, sentences: list[str], decode: DecodeConfig | None = None
+    ) -> TranslationResult:
+        """Translates with the torch model, in the runtime's precision, with ``decode`` (default:
+        this translator's own search)."""
         with self.precision():
-            return translate(self.model, self.tokenizers, sentences, self.decode)
+            return translate(self.model, self.tokenizers, sentences, decode or self.decode)
 
 
 class Engine(Protocol):
-    """What translate and evaluate need of a model: a ``Translator`` (torch) or a
+    """What translate, evaluate and serve need of a model: a ``Translator`` (torch) or a
     ``CTranslate2Engine`` (export/engine.py)."""
 
+    name: str  # "torch" or "ctranslate2"
     tokenizers: Tokenizers
-    decode: DecodeConfig
+    decode: DecodeConfig  # the default search
     config: RunConfig  # the run's config (data, model, decode)
     path: Path  # the checkpoint folder or the exported model
 
-    def translate(self, sentences: list[str]) -> TranslationResult: ...
+    @property
+    def device(self) -> str: ...  # "cpu", "cuda:0", ...
+
+    @property
+    def parameters(self) -> int: ...  # the model's parameter count
+
+    def translate(
+        self, sentences: list[str], decode: DecodeConfig | None = None
+    ) -> TranslationResult: ...
 
 
 ENGINES = ("torch", "ctranslate2")

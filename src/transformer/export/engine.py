@@ -56,6 +56,7 @@ from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..inference.search import Hypothesis, gnmt_length_penalty, output_length_limits
 from ..inference.translator import TranslationResult, in_length_batches, translate_with
+from ..model.transformer import Transformer
 from ..training.checkpoint import load_checkpoint, model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .folder import is_export, read_export, save_model
@@ -97,29 +98,57 @@ class CTranslate2Engine:
 
     translator: Any  # ctranslate2.Translator
     tokenizers: Tokenizers
-    decode: DecodeConfig
+    decode: DecodeConfig  # the default search
     config: RunConfig  # the run's config (model, data, decode)
     path: Path  # the export folder, or the checkpoint folder converted on the fly
     patience: float = PATIENCE
+    name = "ctranslate2"
 
     def __post_init__(self) -> None:
         self._src_pieces = self.tokenizers.src.vocabulary()  # id -> piece
         self._tgt_ids = {p: i for i, p in enumerate(self.tokenizers.tgt.vocabulary())}
-        special = {i: self.tokenizers.tgt.id_to_piece(i) for i in (PAD_ID, BOS_ID)}
-        self._options = translate_batch_options(self.decode, special, self.patience)
+        self._special = {i: self.tokenizers.tgt.id_to_piece(i) for i in (PAD_ID, BOS_ID)}
+        self._options = translate_batch_options(self.decode, self._special, self.patience)
 
-    def translate(self, sentences: list[str]) -> TranslationResult:
-        """Translates ``sentences`` exactly as the torch engine's ``translate`` does, text-wise."""
+    @property
+    def device(self) -> str:
+        if self.translator.device == "cpu":
+            return "cpu"
+        return f"{self.translator.device}:{self.translator.device_index[0]}"
+
+    @property
+    def parameters(self) -> int:
+        """The parameter count of the model it was exported from (built on the meta device)."""
+        with torch.device("meta"):
+            model = Transformer(self.config.model)
+        return sum(p.numel() for p in model.parameters())
+
+    def translate(
+        self, sentences: list[str], decode: DecodeConfig | None = None
+    ) -> TranslationResult:
+        """Translates ``sentences`` exactly as the torch engine's ``translate`` does, text-wise,
+        with ``decode`` (default: this engine's own search)."""
         limit = self.config.model.max_positions
-        return translate_with(self.search_ids, self.tokenizers, sentences, limit)
+        return translate_with(
+            lambda ids: self.search_ids(ids, decode), self.tokenizers, sentences, limit
+        )
 
-    def search_ids(self, sentences: list[list[int]]) -> list[list[Hypothesis]]:
+    def search_ids(
+        self, sentences: list[list[int]], decode: DecodeConfig | None = None
+    ) -> list[list[Hypothesis]]:
         """Source ids (pieces + EOS) -> up to ``nbest`` hypotheses each, best first."""
-        return in_length_batches(sentences, self.decode, self._search_batch)
+        decode = decode or self.decode
+        options = self._options
+        if decode != self.decode:
+            options = translate_batch_options(decode, self._special, self.patience)
+        return in_length_batches(
+            sentences, decode, lambda batch: self._search_batch(batch, decode, options)
+        )
 
-    def _search_batch(self, batch: list[list[int]]) -> list[list[Hypothesis]]:
+    def _search_batch(
+        self, batch: list[list[int]], d: DecodeConfig, options: dict[str, Any]
+    ) -> list[list[Hypothesis]]:
         """One length batch, cut by output-length limit (translate_batch takes one limit)."""
-        d = self.decode
         src_ids = pad(batch)  # (B, S), only to count real tokens as the torch search does
         max_positions = self.config.model.max_positions
         limits = output_length_limits(src_ids, d.max_len_a, d.max_len_b, max_positions).tolist()
@@ -134,17 +163,17 @@ class CTranslate2Engine:
                     f"{d.max_len_a} and max_len_b {d.max_len_b} allow {limit}"
                 )
             source = [[self._src_pieces[i] for i in batch[row]] for row in rows]
-            results = self.translator.translate_batch(
-                source, max_decoding_length=limit, **self._options
-            )
+            results = self.translator.translate_batch(source, max_decoding_length=limit, **options)
             for row, result in zip(rows, results, strict=True):
-                found[row] = self._hypotheses(result.hypotheses, result.scores)
+                found[row] = self._hypotheses(result.hypotheses, result.scores, d)
         return found
 
-    def _hypotheses(self, outputs: list[list[str]], scores: list[float]) -> list[Hypothesis]:
+    def _hypotheses(
+        self, outputs: list[list[str]], scores: list[float], decode: DecodeConfig
+    ) -> list[Hypothesis]:
         """CTranslate2's hypotheses as ours: ids without </s>, GNMT-ranked for beam search."""
-        beam = not self.decode.sampling and self.decode.beam_size > 1
-        alpha = self.decode.length_penalty if beam else 0.0
+        beam = not decode.sampling and decode.beam_size > 1
+        alpha = decode.length_penalty if beam else 0.0
         hypotheses = []
         for pieces, score in zip(outputs, scores, strict=True):
             ids = [self._tgt_ids[p] for p in pieces]
@@ -153,7 +182,7 @@ class CTranslate2Engine:
             lp = gnmt_length_penalty(len(tokens) + 1, alpha)  # |Y| counts </s>, as in ours
             hypotheses.append(Hypothesis(tokens, score=log_prob / lp, log_prob=log_prob))
         hypotheses.sort(key=lambda h: h.score, reverse=True)
-        return hypotheses[: self.decode.nbest]
+        return hypotheses[: decode.nbest]
 
 
 def load_ctranslate2(

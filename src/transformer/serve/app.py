@@ -2,7 +2,7 @@
 
     POST /translate   sentences in, translations (n-best, scores) and the time taken out
     POST /attention   the encoder-decoder attention weights of one sentence, for the page
-    GET  /info        languages, configs and parameter count
+    GET  /info        languages, configs, parameter count and engine
     GET  /health      readiness, and how many requests are in flight
     GET  /            the web page (``page/``), served by the app itself: no CDN
     GET  /openapi.json
@@ -14,6 +14,10 @@ generic message for a bug (whose traceback goes to the server's log, never into 
 too wide, a field of the wrong type or name, JSON that does not parse), 429 with
 ``Retry-After`` when ``max_queue`` sentences are already waiting, 503 while shutting down, 504
 when a request waited longer than ``timeout``.
+
+The engine is ours (torch) or CTranslate2 (``serve --engine ctranslate2``): /translate and the
+batching are the same for both; /attention needs our model's attention maps, so with
+CTranslate2 it answers 501, which the page shows when a translation is clicked.
 
 (No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations, which name
 request models made inside ``create_app``.)
@@ -43,7 +47,7 @@ from ..config import DecodeConfig
 from ..config_serve import ServeConfig
 from ..errors import BadValue, UserError
 from ..inference.translator import inspect_sentence
-from ..jobs import Translator
+from ..jobs import Engine
 from .batcher import Batcher, QueueFull, ShuttingDown
 from .middleware import AccessLog, BodyLimit
 from .schema import (
@@ -74,16 +78,16 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorBody} for status in statuses}
 
 
-def create_app(translator: Translator, config: ServeConfig = ServeConfig()) -> FastAPI:  # noqa: B008
-    """The app that serves ``translator``; its worker thread starts now and stops at shutdown.
+def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:  # noqa: B008
+    """The app that serves ``engine``; its worker thread starts now and stops at shutdown.
 
     ``config.api_key`` (already resolved from the environment by the caller), when set, is
     required as ``Authorization: Bearer KEY`` on /translate, /attention and /info.
     """
-    model = translator.model
-    default = replace(translator.decode, max_source_tokens=config.batch_tokens)
-    batcher = Batcher(translator, config.batch_tokens, config.max_wait_ms, config.max_queue)
-    TranslateRequest, AttentionRequest = request_models(config, model.config.max_positions)
+    default = replace(engine.decode, max_source_tokens=config.batch_tokens)
+    batcher = Batcher(engine, config.batch_tokens, config.max_wait_ms, config.max_queue)
+    model_config = engine.config.model
+    TranslateRequest, AttentionRequest = request_models(config, model_config.max_positions)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -143,16 +147,21 @@ def create_app(translator: Translator, config: ServeConfig = ServeConfig()) -> F
                                  batch_sentences=batched.batch_sentences)  # fmt: skip
 
     @app.post("/attention", response_model=AttentionResponse, **protected,
-              responses=_errors(*keyed, 400, 413, 422, 429, 500, 503, 504))  # fmt: skip
+              responses=_errors(*keyed, 400, 413, 422, 429, 500, 501, 503, 504))  # fmt: skip
     async def attention(body: AttentionRequest, request: Request) -> AttentionResponse:
-        """Translates one sentence and returns its encoder-decoder attention, layer by layer."""
+        """Translates one sentence and returns its encoder-decoder attention, layer by layer
+        (torch engine only: 501 with CTranslate2)."""
         start = time.perf_counter()
+        model = getattr(engine, "model", None)
+        if model is None:
+            raise ApiError(501, "not_implemented", f"attention maps need the torch engine; this "
+                           f"server runs {engine.name} (serve --engine torch)")  # fmt: skip
         request.state.log = _log_fields([body.sentence], config.log_text)
         decode = _search(default, body.beam, 1, body.max_len, False)
 
         def inspect() -> dict:
-            with torch.inference_mode(), translator.precision():
-                seen = inspect_sentence(model, translator.tokenizers, body.sentence, decode)
+            with torch.inference_mode(), engine.precision():  # type: ignore[attr-defined]
+                seen = inspect_sentence(model, engine.tokenizers, body.sentence, decode)
             # Rounded in float64: a float32 0.0001 would reach the JSON as 9.999999747378752e-05.
             weights = [layer.cross_attention[0].double() for layer in seen.maps.decoder]
             return {"translation": seen.translation, "source_tokens": seen.src_labels,
@@ -165,15 +174,16 @@ def create_app(translator: Translator, config: ServeConfig = ServeConfig()) -> F
 
     @app.get("/info", response_model=InfoResponse, **protected, responses=_errors(*keyed))
     async def info() -> InfoResponse:
-        """The languages, the model's config and size, the default search and the limits."""
-        data = translator.config.data
+        """The languages, the model's config and size, the engine, the default search and the
+        limits."""
+        data = engine.config.data
         limits = {name: getattr(config, name) for name in ("max_body_bytes", "max_sentences",
                   "max_chars", "max_beam", "max_queue", "timeout")}  # fmt: skip
         return InfoResponse(
             source_language=data.src_lang, target_language=data.tgt_lang,
-            parameters=sum(p.numel() for p in model.parameters()),
-            checkpoint=translator.path.name, device=str(next(model.parameters()).device),
-            model=asdict(model.config), decode=asdict(default), limits=limits,
+            parameters=engine.parameters, checkpoint=engine.path.name, engine=engine.name,
+            device=engine.device, model=asdict(model_config), decode=asdict(default),
+            limits=limits,
         )  # fmt: skip
 
     @app.get("/health", response_model=HealthResponse)

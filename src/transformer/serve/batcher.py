@@ -8,8 +8,8 @@ into batches of at most ``batch_tokens`` padded source tokens, ``data/batching.p
 gives each job its own translations, in its own order.
 
 Only the worker touches the model, so inference never runs concurrently on shared state (the
-key/value caches, autocast, torch's threads). Other work on the model (attention maps) goes
-through the same queue, as a job of its own (``call``).
+key/value caches, autocast, torch's threads, or CTranslate2's translator). Other work on the
+model (attention maps) goes through the same queue, as a job of its own (``call``).
 
 A job whose caller stopped waiting (a timed-out request) before the worker reached it is
 skipped; ``close`` stops taking jobs, finishes every job already queued, and ends the worker.
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import DecodeConfig
-from ..inference.translator import TranslationResult, translate
-from ..jobs import Translator
+from ..inference.translator import TranslationResult
+from ..jobs import Engine
 
 log = logging.getLogger(__name__)
 
@@ -62,16 +62,16 @@ class Batcher:
     """One worker thread that owns the model and decodes queued requests in batches.
 
     Args:
-        translator: the model, its tokenizers and device (only the worker uses the model).
+        engine: the model (torch or CTranslate2) and its tokenizers; only the worker uses it.
         batch_tokens: source tokens taken into one round at most (a larger job goes alone).
         max_wait_ms: how long the worker waits for more jobs after the first one.
         max_queue: sentences that may wait; a job that would exceed it raises ``QueueFull``.
     """
 
     def __init__(
-        self, translator: Translator, batch_tokens: int, max_wait_ms: float, max_queue: int
+        self, engine: Engine, batch_tokens: int, max_wait_ms: float, max_queue: int
     ) -> None:
-        self.translator = translator
+        self.engine = engine
         self.batch_tokens = batch_tokens
         self.max_wait = max_wait_ms / 1000
         self.max_queue = max_queue
@@ -87,7 +87,7 @@ class Batcher:
     def translate(self, sentences: list[str], decode: DecodeConfig) -> Future[Batched]:
         """Queues ``sentences`` to be translated with ``decode``; the Future gets a ``Batched``."""
         # Counting tokens encodes each sentence once more than translate() does: microseconds.
-        encode = self.translator.tokenizers.src.encode
+        encode = self.engine.tokenizers.src.encode
         tokens = sum(len(encode(s)) + 1 for s in sentences)  # + EOS
         return self._submit(_Job(list(sentences), decode, tokens))
 
@@ -170,10 +170,8 @@ class Batcher:
     def _translate(self, group: list[_Job], decode: DecodeConfig) -> None:
         """The sentences of ``group`` in one call; each job gets its own slice back."""
         sentences = [s for job in group for s in job.sentences]
-        t = self.translator
         try:
-            with t.precision():  # the searches run under inference_mode themselves
-                result = translate(t.model, t.tokenizers, sentences, decode)
+            result = self.engine.translate(sentences, decode)
         except Exception as error:  # a bug: every caller hears of it, the worker goes on
             log.exception("translating a batch of %d sentences failed", len(sentences))
             for job in group:

@@ -71,6 +71,7 @@ class InfoResponse(BaseModel):
     target_language: str
     parameters: int
     checkpoint: str = Field(description="the checkpoint folder's name")
+    engine: str = Field(description="torch (ours) or ctranslate2")
     device: str
     model: dict[str, Any] = Field(description="the model's config")
     decode: dict[str, Any] = Field(description="the default search")

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..config import RuntimeConfig
 from ..config_serve import API_KEY_ENV, ServeConfig
 from ..errors import UserError
-from ..jobs import load_translator
+from ..jobs import load_engine
 from .middleware import access_log
 
 
@@ -35,13 +35,15 @@ def serve(
     config: ServeConfig = ServeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     runtime: RuntimeConfig = RuntimeConfig(),  # noqa: B008
     decode: dict | None = None,
+    engine: str = "torch",
 ) -> None:
-    """Serves a model directory over HTTP until SIGTERM or Ctrl-C.
+    """Serves a model directory (or a CTranslate2 export) over HTTP until SIGTERM or Ctrl-C.
 
     Args:
         config: address, API key (default: ``$TRANSFORMER_API_KEY``) and limits.
         runtime: the device and precision to translate with.
         decode: DecodeConfig fields on top of the model's own: the default search.
+        engine: ``torch`` (ours) or ``ctranslate2`` (jobs.load_engine).
     """
     import uvicorn
 
@@ -50,8 +52,8 @@ def serve(
     config = with_api_key(config, os.environ)
     listener = listen(config.host, config.port)
     try:
-        translator = load_translator(model_dir, checkpoint, runtime, **(decode or {}))
-        app = create_app(translator, config)
+        served = load_engine(model_dir, engine, checkpoint, runtime, **(decode or {}))
+        app = create_app(served, config)
     except BaseException:
         listener.close()
         raise
@@ -61,9 +63,9 @@ def serve(
     )  # fmt: skip
     host, port = listener.getsockname()[:2]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    device = next(translator.model.parameters()).device
     key = "an API key required" if config.api_key else "no API key"
-    print(f"transformer serve: {translator.path} on {device}, {key}; listening on {url}",
+    print(f"transformer serve: {served.path} ({served.name}) on {served.device}, {key}; "
+          f"listening on {url}",
           file=sys.stderr, flush=True)  # fmt: skip
     with _access_lines_on_stderr(), _signals_stop_quietly():
         server.run(sockets=[listener])

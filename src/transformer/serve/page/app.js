@@ -36,7 +36,7 @@ async function showModel() {
   try {
     const info = await call("GET", "/info");
     $("model").textContent = `${info.source_language} → ${info.target_language}, ` +
-      `${info.parameters.toLocaleString()} parameters, ${info.device}`;
+      `${info.parameters.toLocaleString()} parameters, ${info.engine} on ${info.device}`;
     $("beam").max = info.limits.max_beam;
     $("beam").value = Math.min(info.decode.beam_size, info.limits.max_beam);
   } catch (error) {
