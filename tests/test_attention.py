@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+import transformer.model.attention as attention_module
 from transformer.model.attention import (
     MultiHeadAttention,
     attention_fused,
@@ -82,6 +83,19 @@ def test_need_weights_switches_to_reference_path():
     out, none = scaled_dot_product_attention(q, k, v)
     assert none is None and weights.shape == (2, 3, 5, 6)
     assert (out_w - out).abs().max() < 1e-6
+
+
+def test_one_query_per_row_on_a_cpu_takes_the_matmul_path_with_the_same_numbers(monkeypatch):
+    q, k, v = qkv(Tq=1)
+    mask = padding_mask(torch.tensor([[5, 6, 7, 8, 0, 0], [5, 6, 7, 8, 9, 10]]))
+    fused = attention_fused(q, k, v, mask)
+    calls = []
+    monkeypatch.setattr(attention_module, "attention_fused", lambda *a: calls.append(a))
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert calls == [] and weights is None  # the reference path ran (a decoding step)
+    assert (out - fused).abs().max() < 1e-6
+    scaled_dot_product_attention(*qkv(Tq=2), mask)  # two queries: the fused kernel
+    assert len(calls) == 1
 
 
 def test_multi_head_is_concatenation_of_single_heads():

@@ -109,7 +109,9 @@ class DecoderLayer(nn.Module):
             keys, values = self.cross_attn.project_kv(memory, memory)  # (B, H, S, Dh)
         else:
             if cache.cross_keys is None or cache.cross_values is None:
-                cache.cross_keys, cache.cross_values = self.cross_attn.project_kv(memory, memory)
+                keys, values = self.cross_attn.project_kv(memory, memory)  # (B, H, S, Dh) views
+                # Stored contiguous once, or every step's Q·Kᵀ would copy them (profiled).
+                cache.cross_keys, cache.cross_values = keys.contiguous(), values.contiguous()
             keys, values = cache.cross_keys, cache.cross_values
         attended, weights = self.cross_attn.attend(x, keys, values, mask, need_weights)
         return self.dropout(attended), weights

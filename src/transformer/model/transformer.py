@@ -109,6 +109,8 @@ class Transformer(nn.Module):
         past = cache.length if cache is not None else 0
         if cache is None:
             tgt_mask = combined_mask(tgt_ids, PAD_ID)  # (B, 1, T, T)
+        elif tgt_ids.size(1) == 1:  # one new position: it may see every cached one, no mask
+            tgt_mask = None
         else:
             tgt_mask = look_ahead_mask(tgt_ids.size(1), past, tgt_ids.device)  # (1, 1, T, t + T)
         x = self.tgt_embed(tgt_ids, offset=past)  # (B, T, D)
