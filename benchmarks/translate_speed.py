@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import os
 import platform
 import shlex
@@ -56,9 +55,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_speed import HoldBackEos, random_sentences  # noqa: E402 (the script's own folder)
+from marian import marian_runner  # noqa: E402
 
 from transformer.config import DecodeConfig, ModelConfig  # noqa: E402
-from transformer.data.batching import pad  # noqa: E402
 from transformer.data.corpora import load_splits  # noqa: E402
 from transformer.inference import translate_ids  # noqa: E402
 from transformer.inference.evaluate import score_translations  # noqa: E402
@@ -87,51 +86,6 @@ def torch_model(args: argparse.Namespace) -> Transformer:
     config = ModelConfig.preset(args.preset, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab)
     torch.manual_seed(args.seed)
     return Transformer(config).eval()
-
-
-def marian_from(model: Transformer):
-    """A ``MarianMTModel`` with our weights: the same function, Hugging Face's implementation."""
-    from transformers import MarianConfig, MarianMTModel
-
-    c = model.config
-    assert not c.norm_first and c.positional == "sinusoidal", "Marian is post-norm, sinusoidal"
-    config = MarianConfig(
-        vocab_size=c.src_vocab_size, decoder_vocab_size=c.tgt_vocab_size, d_model=c.d_model,
-        encoder_layers=c.n_encoder_layers, decoder_layers=c.n_decoder_layers,
-        encoder_attention_heads=c.n_heads, decoder_attention_heads=c.n_heads,
-        encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, activation_function="relu",
-        max_position_embeddings=c.max_positions, scale_embedding=True, dropout=0.0,
-        attention_dropout=0.0, activation_dropout=0.0, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
-        decoder_start_token_id=BOS_ID, forced_eos_token_id=None, tie_word_embeddings=c.tie_output,
-        share_encoder_decoder_embeddings=c.share_embeddings,
-    )  # fmt: skip
-    marian = MarianMTModel(config).eval()
-    m = marian.model
-    ours = dict(model.named_parameters())
-    with torch.no_grad():
-        m.encoder.embed_tokens.weight.copy_(model.src_embed.tokens.weight)
-        m.decoder.embed_tokens.weight.copy_(model.tgt_embed.tokens.weight)
-        marian.lm_head.weight.copy_(model.output.weight)
-        for stack in (m.encoder.embed_positions, m.decoder.embed_positions):
-            stack.weight.copy_(model.src_embed.positions.table)  # ours interleave sin and cos
-        pairs = {"self_attn": "self_attn", "encoder_attn": "cross_attn"}
-        norms = {"encoder": {"self_attn_layer_norm": "norm1", "final_layer_norm": "norm2"},
-                 "decoder": {"self_attn_layer_norm": "norm1", "encoder_attn_layer_norm": "norm2",
-                             "final_layer_norm": "norm3"}}  # fmt: skip
-        for name, param in m.named_parameters():
-            if ".layers." not in name:  # the embeddings, copied above
-                continue
-            stack, _, i, module, *rest = name.split(".")
-            prefix = f"{stack}.layers.{i}"
-            if module in pairs:  # self_attn.q_proj.weight -> self_attn.w_q.weight, out_proj -> w_o
-                ours_name = f"{prefix}.{pairs[module]}.w_{rest[0][0]}.{rest[1]}"
-            elif module in ("fc1", "fc2"):
-                ours_name = f"{prefix}.feed_forward.linear{module[-1]}.{rest[0]}"
-            else:
-                kind = {"weight": "gamma", "bias": "beta"}[rest[0]]
-                ours_name = f"{prefix}.{norms[stack][module]}.{kind}"
-            param.copy_(ours[ours_name])
-    return marian
 
 
 def ct2_folder(args: argparse.Namespace, model: Transformer, quantization: str, out: Path) -> None:
@@ -203,7 +157,7 @@ def _runner(args: argparse.Namespace, decode: DecodeConfig):
         return run
     if args.engine.startswith("ct2"):
         return _ct2_runner(args, decode)
-    return _marian_runner(args, decode)
+    return marian_runner(torch_model(args), decode, args.setting == "fixed", STEPS)
 
 
 def _ct2_runner(args: argparse.Namespace, decode: DecodeConfig):
@@ -230,33 +184,6 @@ def _ct2_runner(args: argparse.Namespace, decode: DecodeConfig):
         source = [[f"p{i}" if i > EOS_ID else "</s>" for i in s] for s in sentences]
         results = translator.translate_batch(source, max_batch_size=64, **options)
         return [[int(p[1:]) for p in r.hypotheses[0]][:STEPS] for r in results]
-
-    return run
-
-
-def _marian_runner(args: argparse.Namespace, decode: DecodeConfig):
-    model = marian_from(torch_model(args))
-    fixed = args.setting == "fixed"
-
-    def run(sentences: list[list[int]]) -> list[list[int]]:
-        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
-        found: dict[int, list[int]] = {}
-        for rows in [order[i : i + 64] for i in range(0, len(order), 64)]:
-            width = max(len(sentences[i]) for i in rows)
-            ids = pad([sentences[i] for i in rows])  # (B, S)
-            limit = STEPS + 1 if fixed else math.floor(decode.max_len_a * width + decode.max_len_b)
-            with torch.inference_mode():
-                out = model.generate(
-                    input_ids=ids, attention_mask=ids != PAD_ID, num_beams=decode.beam_size,
-                    do_sample=False, length_penalty=decode.length_penalty,
-                    max_new_tokens=limit + (0 if fixed else 1),
-                    min_new_tokens=limit if fixed else 0, suppress_tokens=[PAD_ID, BOS_ID],
-                )  # fmt: skip
-            for i, row in zip(rows, out.tolist(), strict=True):
-                tokens = [t for t in row[1:] if t != PAD_ID]
-                tokens = tokens[: tokens.index(EOS_ID)] if EOS_ID in tokens else tokens
-                found[i] = tokens[:STEPS] if fixed else tokens
-        return [found[i] for i in range(len(sentences))]
 
     return run
 
@@ -350,7 +277,8 @@ def table(args: argparse.Namespace, rows: list[dict], probes: list, references: 
             if tgt else f"`{args.preset}` preset (d_model {c.d_model}, {c.n_encoder_layers} + "
             f"{c.n_decoder_layers} layers, d_ff {c.d_ff}, vocab {args.vocab}), random weights, "
             "64 sentences of 10-30 tokens, every output 25 tokens + EOS")  # fmt: skip
-    lines = [f"**{args.setting}**: {what}; {args.threads} threads, fastest of {args.rounds} "
+    threads = f"{args.threads} thread{'s' if args.threads > 1 else ''}"
+    lines = [f"**{args.setting}**: {what}; {threads}, fastest of {args.rounds} "
              f"rounds; CPU probe around the passes {min(probes):.0f}-{max(probes):.0f} GFLOP/s "
              f"(median {sorted(probes)[len(probes) // 2]:.0f}).", "",
              "| search | engine | seconds | sentences/s | tokens/s | peak MB | speed vs ours "
