@@ -3,7 +3,7 @@ batching buys over translating the same sentences one at a time.
 
     make demo                                      # creates runs/numbers-en-fr
     .venv/bin/python benchmarks/serve_load.py [MODEL_DIR] [--clients 32] [--requests 2000]
-        [--output benchmarks/results/serve_load.md --note "where it ran"]
+        [--engine torch|ctranslate2] [--output benchmarks/results/serve_load.md --note "..."]
 
 The script starts ``python -m transformer serve MODEL_DIR --host 127.0.0.1 --port 0`` (loopback
 only: the address is not an option), waits for /health, sends a few warm-up requests, then:
@@ -13,10 +13,11 @@ only: the address is not an option), waits for /health, sends a few warm-up requ
 2. the first ``--sequential`` of those sentences again, one per request from a single client;
 
 then stops the server with SIGTERM (it must exit 0), and translates every sentence in-process
-through the library's ``translate``: one sentence per call (no batching at all), and all of them
-in one call (offline batching: the most batching can give). It checks that the server gave each
-sentence the same translation as the one-by-one run, and prints a markdown table (``--output``
-also writes it to a file). Latencies are per request (HTTP) or per call (library).
+through the same engine (``--engine``: ours, or CTranslate2 converting the model on the fly):
+one sentence per call (no batching at all), and all of them in one call (offline batching: the
+most batching can give). It checks that the server gave each sentence the same translation as
+the one-by-one run, and prints a markdown table (``--output`` also writes it to a file).
+Latencies are per request (HTTP) or per call (library).
 
 Bounded: a fixed number of requests, each with a 60 s client timeout. The server, the clients
 and the library runs share this machine's cores, so the figures depend on what else runs here.
@@ -43,8 +44,7 @@ import torch
 
 from transformer.config import RuntimeConfig
 from transformer.data.corpora import load_splits
-from transformer.inference.translator import translate
-from transformer.jobs import Translator, load_translator
+from transformer.jobs import Engine, load_engine
 
 HOST = "127.0.0.1"  # loopback only
 
@@ -61,10 +61,12 @@ class Run:
     errors: int = 0
 
 
-def start_server(model_dir: str, runtime: RuntimeConfig, log: Path) -> tuple[subprocess.Popen, str]:
+def start_server(
+    model_dir: str, engine: str, runtime: RuntimeConfig, log: Path
+) -> tuple[subprocess.Popen, str]:
     """The server on a free loopback port, its stderr (access log) going to ``log``; its URL."""
     command = [sys.executable, "-m", "transformer", "serve", model_dir, "--host", HOST,
-               "--port", "0", "--device", runtime.device,
+               "--port", "0", "--engine", engine, "--device", runtime.device,
                "--runtime.threads", str(runtime.threads)]  # fmt: skip
     with log.open("w") as stderr:
         proc = subprocess.Popen(command, stderr=stderr)
@@ -107,24 +109,22 @@ async def load(url: str, requests: list[list[str]], clients: int) -> tuple[list,
         return latencies, answers, time.perf_counter() - start
 
 
-def one_by_one(t: Translator, sentences: list[str]) -> tuple[list[str], list[float], float]:
+def one_by_one(engine: Engine, sentences: list[str]) -> tuple[list[str], list[float], float]:
     """Each sentence in its own call to ``translate``; (translations, latencies ms, seconds)."""
     translations, latencies = [], []
-    with t.precision():
-        start = time.perf_counter()
-        for sentence in sentences:
-            called = time.perf_counter()
-            translations.append(translate(t.model, t.tokenizers, [sentence], t.decode).best[0])
-            latencies.append((time.perf_counter() - called) * 1000)
-        return translations, latencies, time.perf_counter() - start
+    start = time.perf_counter()
+    for sentence in sentences:
+        called = time.perf_counter()
+        translations.append(engine.translate([sentence]).best[0])
+        latencies.append((time.perf_counter() - called) * 1000)
+    return translations, latencies, time.perf_counter() - start
 
 
-def all_at_once(t: Translator, sentences: list[str]) -> float:
+def all_at_once(engine: Engine, sentences: list[str]) -> float:
     """Seconds to translate ``sentences`` in one call (sorted by length and batched inside)."""
-    with t.precision():
-        start = time.perf_counter()
-        translate(t.model, t.tokenizers, sentences, t.decode)
-        return time.perf_counter() - start
+    start = time.perf_counter()
+    engine.translate(sentences)
+    return time.perf_counter() - start
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -164,6 +164,7 @@ def main() -> None:
     parser.add_argument("--max-sentences", type=int, default=4, help="per request (1 to this)")
     parser.add_argument("--sequential", type=int, default=200,
                         help="sentences sent one per request by one client (0: skip)")  # fmt: skip
+    parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"])
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads of the server and the library runs (0: torch's "
@@ -181,7 +182,7 @@ def main() -> None:
                  "runs/numbers-en-fr, or give another one")  # fmt: skip
 
     runtime = RuntimeConfig(device=args.device, threads=args.threads)
-    translator = load_translator(args.model_dir, runtime=runtime)
+    translator = load_engine(args.model_dir, args.engine, runtime=runtime)
     sources = [src for src, _ in load_splits(translator.config.data).test]
     rng = random.Random(args.seed)
     requests = [rng.sample(sources, rng.randint(1, min(args.max_sentences, len(sources))))
@@ -191,7 +192,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder) / "serve.log"
-        proc, url = start_server(args.model_dir, runtime, log)
+        proc, url = start_server(args.model_dir, args.engine, runtime, log)
         try:
             asyncio.run(load(url, requests[:8], 8))  # warm-up, not counted
             latencies, answers, wall = asyncio.run(load(url, requests, args.clients))
@@ -228,13 +229,12 @@ def main() -> None:
     same = sum(mine[s] == text for s, text in served)
     gain = (len(sentences) / wall) / (len(sentences) / alone_s)
 
-    threads = torch.get_num_threads()  # set by load_translator from --threads
+    threads = args.threads or torch.get_num_threads()  # 0: the library's default
     header = [
-        f"Model `{args.model_dir}` ({translator.path.name}, "
-        f"{sum(p.numel() for p in translator.model.parameters()):,} parameters), beam "
-        f"{translator.decode.beam_size}, device {args.device}; {os.cpu_count()} CPU cores "
-        f"({cpu_name()}), torch {torch.__version__}, {threads} torch thread(s) each; server "
-        "defaults (max_wait_ms 5, batch_tokens 4096).",
+        f"Model `{args.model_dir}` ({translator.path.name}, {translator.parameters:,} "
+        f"parameters), engine {args.engine}, beam {translator.decode.beam_size}, device "
+        f"{args.device}; {os.cpu_count()} CPU cores ({cpu_name()}), torch {torch.__version__}, "
+        f"{threads} thread(s) each; server defaults (max_wait_ms 5, batch_tokens 4096).",
     ]
     if args.note:
         header.append(args.note)
