@@ -317,6 +317,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="also the `run` setting: a trained model directory")
     parser.add_argument("--limit", type=int, default=1000, help="run: test sentences")
+    parser.add_argument("--settings", help="fixed,run or one of them (default: both with --model)")
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--threads", default="2", help="CPU threads, or a list: 2,1")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds; the fastest counts")
@@ -337,7 +338,10 @@ def main() -> None:
     lines = [f"`{shlex.join(['python', 'benchmarks/translate_speed.py', *sys.argv[1:]])}`", "",
              f"{time.strftime('%Y-%m-%d %H:%M')}; {cpu_name()}, {os.cpu_count()} cores; "
              f"{versions}.", ""]  # fmt: skip
-    for setting in ["fixed"] + (["run"] if args.model else []):
+    settings = args.settings.split(",") if args.settings else ["fixed"] + ["run"] * bool(args.model)
+    if "run" in settings and not args.model:
+        sys.exit("--settings run needs --model MODEL_DIR")
+    for setting in settings:
         args.setting = setting
         with tempfile.TemporaryDirectory(prefix="translate-speed-") as bench:
             references = prepare(args, Path(bench))
