@@ -16,7 +16,8 @@ finishes as, of length L <= max_len + 1, scores at most s / lp(L); for α >= 0 l
 s / lp(max_len + 1) bounds them all. Stopping at the first EOS, or as soon as ``nbest``
 hypotheses have finished, can miss a better hypothesis that is still running.
 
-The running batch holds N·K rows: row n·K + k is beam k of running sentence n. Reordering beams
+The running batch holds N·K rows: row n·K + k is beam k of running sentence n (the first step,
+where every beam is the same <s>, runs once per sentence and is then copied). Reordering beams
 moves only the cached self-attention keys/values (``cache.reorder``); a finished sentence's rows
 leave the batch (``cache.keep``), encoder-decoder entries included.
 
@@ -76,7 +77,7 @@ def _beam_search(
     memory, src_mask = model.encode(src_ids)  # (B, S, D), (B, 1, 1, S): once per source
     max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b)  # (B,)
     beams_of = torch.arange(B, device=device).repeat_interleave(K)  # (B·K,) sentence of each row
-    batch = RunningBatch(model, memory[beams_of], src_mask[beams_of], use_cache)
+    batch = RunningBatch(model, memory, src_mask, use_cache)  # B rows until the first step
     running = torch.arange(B, device=device)  # (N,) sentence of each running block of K rows
     # The K beams all start as the same <s>: only beam 0 may be extended at the first step, or
     # the beam would fill with K copies of the same candidates.
@@ -85,7 +86,10 @@ def _beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]  # per sentence, best first
     for step in range(int(max_lens.max()) + 1):
         N = running.size(0)
-        log_probs = batch.next_log_probs()  # (N·K, V)
+        log_probs = batch.next_log_probs()  # (N·K, V); (B, V) at step 0
+        if step == 0:  # the K beams are the same <s> so far: decoded once, then copied
+            log_probs = log_probs.repeat_interleave(K, dim=0)  # (B·K, V)
+            batch.select(beams_of, same_sentences=False)  # cache and encoder output too
         V = log_probs.size(-1)
         at_limit = max_lens[running] <= step  # (N,)
         force_eos(log_probs, at_limit.repeat_interleave(K))
