@@ -338,7 +338,8 @@ def test_finished_sentences_leave_the_running_batch(use_cache):
     assert stub.rows_seen == [2, 2, 1, 1, 1, 1]
     stub.rows_seen.clear()
     beam_search(stub, src, DC(2, 0.0, 1.0, 0), use_cache=use_cache)
-    assert stub.rows_seen == [4, 4, 2, 2, 2, 2]  # K = 2 rows per sentence
+    # The first step once per sentence (all beams are <s>), then K = 2 rows per sentence.
+    assert stub.rows_seen == [2, 4, 2, 2, 2, 2]
 
 
 # --- Sampling --------------------------------------------------------------------------------
