@@ -120,6 +120,30 @@ def test_greedy_equals_ours_on_a_random_model_of_the_demo_architecture(tmp_path)
     assert theirs == ours and ended > 0
 
 
+@needs_ct2
+def test_one_call_for_all_then_only_the_sentences_that_reached_their_own_limit(tmp_path):
+    model = random_model(src_vocab_size=40, tgt_vocab_size=40)
+    decode = DecodeConfig(beam_size=1, max_len_a=0.5, max_len_b=0)  # limits 1, 1, 2, 2, .. 4
+    g = torch.Generator().manual_seed(2)
+    sentences = [torch.randint(4, 40, (n,), generator=g).tolist() + [EOS_ID] for n in range(1, 9)]
+    engine = engine_for(model, tmp_path, decode)
+    calls, real = [], engine.translator.translate_batch
+
+    class Recording:  # ctranslate2.Translator's attributes cannot be set
+        def translate_batch(self, source, **options):
+            calls.append((len(source), options["max_decoding_length"]))
+            return real(source, **options)
+
+    engine.translator = Recording()
+    found = [h[0].tokens for h in engine.search_ids(sentences)]
+    assert calls[0] == (8, 4)  # all of them, at the largest limit: (8 pieces + EOS) / 2
+    assert sorted(limit for _, limit in calls[1:]) == sorted(set(limit for _, limit in calls[1:]))
+    assert all(n <= 2 and limit < 4 for n, limit in calls[1:])  # two sentences have each limit
+    assert len(calls) > 1  # this random model runs to the limit: those sentences went again
+    assert all(len(tokens) <= len(s) // 2 for tokens, s in zip(found, sentences, strict=True))
+    assert found == [h[0].tokens for h in translate_ids(model, sentences, decode)]  # ours
+
+
 def greedy_both_ways(model: Transformer, folder: Path) -> tuple[list, list, int]:
     """Greedy outputs of 60 random sentences, ours and the export's, and how many of ours ended
     with EOS before the length limit."""
