@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from transformer.cli import config_from_args, main
-from transformer.config import DecodeConfig, ModelConfig, RunConfig
+from transformer.config import DecodeConfig, ModelConfig, RunConfig, RuntimeConfig
 from transformer.config_files import load_config
 from transformer.data.corpora import load_splits
 from transformer.data.tokenizer import Tokenizers
@@ -381,5 +381,19 @@ def test_converting_on_the_fly_runs_torch_on_one_thread_and_restores_its_threads
     try:
         load_ctranslate2(numbers_model)
         assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+
+
+@needs_ct2
+def test_loading_an_export_leaves_torch_its_threads(numbers_model, tmp_path):
+    # CTranslate2 sets the calling thread's OpenMP threads to its intra_threads (1 on a CPU),
+    # and torch reads the same setting: torch ran on one thread afterwards, until restored.
+    export_model(numbers_model, tmp_path / "ct2", "int8")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        load_ctranslate2(tmp_path / "ct2", runtime=RuntimeConfig(device="cpu", threads=2))
+        assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)

@@ -265,8 +265,13 @@ def _translator(ct2: Any, folder: Path, runtime: RuntimeConfig, quantization: st
         if device == "cpu"
         else {"intra_threads": runtime.threads}
     )
-    return ct2.Translator(str(folder), device=device, device_index=int(index or 0),
-                          compute_type=compute_type, **threads)  # fmt: skip
+    torch_threads = torch.get_num_threads()
+    translator = ct2.Translator(str(folder), device=device, device_index=int(index or 0),
+                                compute_type=compute_type, **threads)  # fmt: skip
+    # CTranslate2 sets the calling thread's OpenMP thread count to intra_threads, which is
+    # torch's too: without this, torch ran on one thread for the rest of the process.
+    torch.set_num_threads(torch_threads)
+    return translator
 
 
 def _cores() -> int:
