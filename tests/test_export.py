@@ -93,7 +93,9 @@ def engine_for(model: Transformer, folder: Path, decode: DecodeConfig) -> CTrans
     spec = transformer_spec(model, src.vocabulary(), tgt.vocabulary())
     spec.optimize(quantization="float32")
     spec.save(str(folder))
-    translator = ctranslate2.Translator(str(folder), intra_threads=1)
+    runtime = RuntimeConfig(device="cpu", threads=1)
+    translator = engine_module._translator(ctranslate2, folder, runtime, "float32")  # torch's
+    # threads stay as they were (a bare ctranslate2.Translator set them to 1 for later tests)
     tokenizers = Tokenizers(src, tgt)  # type: ignore[arg-type] (the engine uses two methods)
     return CTranslate2Engine(translator, tokenizers, decode, RunConfig(model=model.config), folder)
 
