@@ -49,12 +49,11 @@ class Translator:
     config: RunConfig  # saved with the checkpoint
     path: Path  # the checkpoint folder
     runtime: RuntimeConfig = RuntimeConfig()
+    name = "torch"
 
     def precision(self) -> AbstractContextManager:
         """The runtime's precision (autocast) around a search."""
         return autocast(next(self.model.parameters()).device, self.runtime.precision)
-
-    name = "torch"
 
     @property
     def device(self) -> str:

@@ -47,6 +47,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ from ..data.batching import pad
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..inference.search import Hypothesis, gnmt_length_penalty, output_length_limits
-from ..inference.translator import TranslationResult, translate_with
+from ..inference.translator import TranslationResult, check_no_padding, translate_with
 from ..model.transformer import Transformer
 from ..training.checkpoint import load_checkpoint, model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
@@ -118,7 +119,7 @@ class CTranslate2Engine:
             return "cpu"
         return f"{self.translator.device}:{self.translator.device_index[0]}"
 
-    @property
+    @cached_property
     def parameters(self) -> int:
         """The parameter count of the model it was exported from (built on the meta device)."""
         with torch.device("meta"):
@@ -152,9 +153,7 @@ class CTranslate2Engine:
         options = self._options
         if d != self.decode:
             options = translate_batch_options(d, self._special, self.patience)
-        for i, ids in enumerate(sentences):
-            if PAD_ID in ids:
-                raise ValueError(f"source sentence {i} contains the padding id {PAD_ID}")
+        check_no_padding(sentences)
         if not sentences:
             return []
         src_ids = pad(sentences)  # (B, S), only to count real tokens as the torch search does
@@ -167,10 +166,11 @@ class CTranslate2Engine:
             )
         source = [[self._src_pieces[i] for i in ids] for ids in sentences]
         batch = {"max_batch_size": d.batch_size, "batch_type": "examples"} | options
-        results = self.translator.translate_batch(source, max_decoding_length=max(limits), **batch)
+        budget = max(limits)
+        results = self.translator.translate_batch(source, max_decoding_length=budget, **batch)
         again: dict[int, list[int]] = defaultdict(list)  # limit -> rows to decode again
         for row, (result, limit) in enumerate(zip(results, limits, strict=True)):
-            if limit < max(limits) and max(map(len, result.hypotheses), default=0) >= limit:
+            if limit < budget and max(map(len, result.hypotheses), default=0) >= limit:
                 again[limit].append(row)  # steps counted with </s> (return_end_token)
         for limit, rows in again.items():
             exact = self.translator.translate_batch(

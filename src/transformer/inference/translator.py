@@ -64,6 +64,13 @@ def translate_ids(
     return in_length_batches(sentences, config, run)
 
 
+def check_no_padding(sentences: list[list[int]]) -> None:
+    """Source ids go to a search unpadded: a PAD_ID among them is a bug of the caller."""
+    for i, ids in enumerate(sentences):
+        if PAD_ID in ids:
+            raise ValueError(f"source sentence {i} contains the padding id {PAD_ID}")
+
+
 def in_length_batches(
     sentences: list[list[int]], config: DecodeConfig, run: SearchIds
 ) -> list[list[Hypothesis]]:
@@ -76,9 +83,7 @@ def in_length_batches(
         config: ``batch_size`` and ``max_source_tokens`` bound each batch.
         run: decodes one batch (a list of source id lists) into hypotheses per sentence.
     """
-    for i, ids in enumerate(sentences):
-        if PAD_ID in ids:
-            raise ValueError(f"source sentence {i} contains the padding id {PAD_ID}")
+    check_no_padding(sentences)
     lengths = [len(ids) for ids in sentences]
     widths = [max(n, 1) for n in lengths]  # an empty source still takes a column
     order = np.argsort(lengths, kind="stable")

@@ -47,7 +47,7 @@ from ..config import DecodeConfig
 from ..config_serve import ServeConfig
 from ..errors import BadValue, UserError
 from ..inference.translator import inspect_sentence
-from ..jobs import Engine
+from ..jobs import Engine, Translator
 from .batcher import Batcher, QueueFull, ShuttingDown
 from .middleware import AccessLog, BodyLimit
 from .schema import (
@@ -152,16 +152,15 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
         """Translates one sentence and returns its encoder-decoder attention, layer by layer
         (torch engine only: 501 with CTranslate2)."""
         start = time.perf_counter()
-        model = getattr(engine, "model", None)
-        if model is None:
+        if not isinstance(engine, Translator):
             raise ApiError(501, "not_implemented", f"attention maps need the torch engine; this "
                            f"server runs {engine.name} (serve --engine torch)")  # fmt: skip
         request.state.log = _log_fields([body.sentence], config.log_text)
         decode = _search(default, body.beam, 1, body.max_len, False)
 
         def inspect() -> dict:
-            with torch.inference_mode(), engine.precision():  # type: ignore[attr-defined]
-                seen = inspect_sentence(model, engine.tokenizers, body.sentence, decode)
+            with torch.inference_mode(), engine.precision():
+                seen = inspect_sentence(engine.model, engine.tokenizers, body.sentence, decode)
             # Rounded in float64: a float32 0.0001 would reach the JSON as 9.999999747378752e-05.
             weights = [layer.cross_attention[0].double() for layer in seen.maps.decoder]
             return {"translation": seen.translation, "source_tokens": seen.src_labels,
