@@ -20,14 +20,14 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from transformer.config_files import load_config
+from transformer.config import load_config
 from transformer.data import load_splits
 from transformer.data.batching import encode_source
 from transformer.data.tokenizer import Tokenizers
 from transformer.inference import translate_ids
 from transformer.inference.evaluate import score_translations
+from transformer.model_dir import load_checkpoint
 from transformer.training.average import average_last
-from transformer.training.checkpoint import load_checkpoint
 from transformer.training.loop import train
 from transformer.training.metrics import read_metrics
 

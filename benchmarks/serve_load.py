@@ -44,7 +44,7 @@ import torch
 
 from transformer.config import RuntimeConfig
 from transformer.data.corpora import load_splits
-from transformer.jobs import Engine, load_engine
+from transformer.inference.engine import Engine, load_engine
 
 HOST = "127.0.0.1"  # loopback only
 
@@ -182,8 +182,8 @@ def main() -> None:
                  "runs/numbers-en-fr, or give another one")  # fmt: skip
 
     runtime = RuntimeConfig(device=args.device, threads=args.threads)
-    translator = load_engine(args.model_dir, args.engine, runtime=runtime)
-    sources = [src for src, _ in load_splits(translator.config.data).test]
+    engine = load_engine(args.model_dir, args.engine, runtime=runtime)
+    sources = [src for src, _ in load_splits(engine.config.data).test]
     rng = random.Random(args.seed)
     requests = [rng.sample(sources, rng.randint(1, min(args.max_sentences, len(sources))))
                 for _ in range(args.requests)]  # fmt: skip
@@ -214,8 +214,8 @@ def main() -> None:
         runs.append(Run("serve: 1 client, 1 sentence per request", len(alone_requests),
                         len(alone_requests), seq_wall, seq_latencies, len(seq_failed)))  # fmt: skip
 
-    alone, alone_ms, alone_s = one_by_one(translator, sentences)
-    offline_s = all_at_once(translator, sentences)
+    alone, alone_ms, alone_s = one_by_one(engine, sentences)
+    offline_s = all_at_once(engine, sentences)
     runs.append(Run("library `translate`: 1 sentence per call", len(sentences), len(sentences),
                     alone_s, alone_ms))  # fmt: skip
     runs.append(Run("library `translate`: all sentences in 1 call (offline)", 1, len(sentences),
@@ -231,8 +231,8 @@ def main() -> None:
 
     threads = args.threads or torch.get_num_threads()  # 0: the library's default
     header = [
-        f"Model `{args.model_dir}` ({translator.path.name}, {translator.parameters:,} "
-        f"parameters), engine {args.engine}, beam {translator.decode.beam_size}, device "
+        f"Model `{args.model_dir}` ({engine.path.name}, {engine.parameters:,} "
+        f"parameters), engine {args.engine}, beam {engine.decode.beam_size}, device "
         f"{args.device}; {os.cpu_count()} CPU cores ({cpu_name()}), torch {torch.__version__}, "
         f"{threads} thread(s) each; server defaults (max_wait_ms 5, batch_tokens 4096).",
     ]

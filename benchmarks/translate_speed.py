@@ -62,7 +62,7 @@ from transformer.data.corpora import load_splits  # noqa: E402
 from transformer.inference import translate_ids  # noqa: E402
 from transformer.inference.evaluate import score_translations  # noqa: E402
 from transformer.model import Transformer  # noqa: E402
-from transformer.training.checkpoint import (  # noqa: E402
+from transformer.model_dir import (  # noqa: E402
     load_checkpoint,
     read_config,
     resolve_checkpoint,
@@ -164,7 +164,11 @@ def _ct2_runner(args: argparse.Namespace, decode: DecodeConfig):
     import ctranslate2
 
     from transformer.config import RuntimeConfig
-    from transformer.export import PATIENCE, load_ctranslate2, translate_batch_options
+    from transformer.inference.ctranslate2 import (
+        PATIENCE,
+        load_ctranslate2,
+        translate_batch_options,
+    )
 
     quantization = args.engine.split("-")[1]
     folder = Path(args.bench, f"ct2-{quantization}")
@@ -176,13 +180,13 @@ def _ct2_runner(args: argparse.Namespace, decode: DecodeConfig):
         )
         engine = replace(engine, patience=patience)  # its options again, with this patience
         return lambda sentences: [h[0].tokens for h in engine.search_ids(sentences)]
-    translator = ctranslate2.Translator(str(folder), intra_threads=args.threads)
+    ct2_model = ctranslate2.Translator(str(folder), intra_threads=args.threads)
     options = translate_batch_options(decode, {PAD_ID: "<pad>", BOS_ID: "<s>"}, patience)
     options |= {"min_decoding_length": STEPS + 1, "max_decoding_length": STEPS + 1}
 
     def run(sentences: list[list[int]]) -> list[list[int]]:
         source = [[f"p{i}" if i > EOS_ID else "</s>" for i in s] for s in sentences]
-        results = translator.translate_batch(source, max_batch_size=64, **options)
+        results = ct2_model.translate_batch(source, max_batch_size=64, **options)
         return [[int(p[1:]) for p in r.hypotheses[0]][:STEPS] for r in results]
 
     return run

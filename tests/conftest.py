@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from transformer.cli import config_from_args
-from transformer.config_serve import API_KEY_ENV
+from transformer.config import RuntimeConfig
+from transformer.inference.engine import load_torch_engine
+from transformer.serve.config import API_KEY_ENV
 from transformer.training.loop import train
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from helpers import TINY_NUMBERS
 
 
 @pytest.fixture(scope="session")
@@ -20,15 +22,18 @@ def numbers_model(tmp_path_factory) -> Path:
     """A tiny en->fr number-words model trained for a few seconds (it translates badly)."""
     out = tmp_path_factory.mktemp("numbers") / "model"
     args = [
-        "--preset", "tiny", "--corpus", "numbers", "--numbers_max", "999",
-        "--numbers_train", "400", "--numbers_valid", "20", "--numbers_test", "30",
-        "--vocab_size", "80", "--max_tokens", "800",
-        "--max_steps", "60", "--save_every", "20", "--validate_every", "20", "--warmup_steps", "10",
-        "--peak_lr", "3e-3", "--bleu_sentences", "10", "--max_positions", "48",
+        *TINY_NUMBERS, "--max_steps", "60", "--save_every", "20", "--validate_every", "20",
+        "--peak_lr", "3e-3", "--bleu_sentences", "10",
         "--best_metric", "loss",  # BLEU on 10 sentences of a barely trained model is noise
     ]  # fmt: skip
     train(config_from_args(args), out, progress=False)
     return out
+
+
+@pytest.fixture(scope="module")
+def torch_engine(numbers_model):
+    """The tests' number-words model as our engine, on the CPU."""
+    return load_torch_engine(numbers_model, runtime=RuntimeConfig(device="cpu"))
 
 
 @pytest.fixture

@@ -73,7 +73,7 @@ def test_a_pair_larger_than_max_tokens_is_a_clear_error():
 def test_stream_positions_mark_complete_epochs():
     from transformer.config import TrainConfig
     from transformer.training.loop import _finished
-    from transformer.training.state import Position, batch_stream
+    from transformer.training.stream import Position, batch_stream
 
     data = examples(200)
     per_epoch = len(make_batches(data, 256, seed=1, epoch=0))

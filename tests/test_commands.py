@@ -12,21 +12,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from transformer.cli import main
 from transformer.demo import run_demo
-from transformer.training.checkpoint import load_checkpoint, step_checkpoints
+from transformer.model_dir import load_checkpoint, step_checkpoints
+
+from helpers import cli
 
 SOURCES = ["seven hundred and seventy-one", "", "twelve", "eighty"]
-
-
-def cli(args, capsys, stdin_text=None, monkeypatch=None):
-    if stdin_text is not None:
-        import io
-
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin_text.encode())))
-    code = main(args)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_translate_keeps_line_alignment(numbers_model, tmp_path, capsys, monkeypatch):
@@ -57,7 +48,7 @@ def test_translate_keeps_line_alignment(numbers_model, tmp_path, capsys, monkeyp
 
 def test_translate_nbest_lists_are_sorted_with_scores(numbers_model, capsys, monkeypatch):
     code, out, _ = cli(
-        ["translate", str(numbers_model), "--nbest", "3", "--beam", "4"],
+        ["translate", str(numbers_model), "--nbest", "3", "--beam_size", "4"],
         capsys,
         "twelve\nfour\n",
         monkeypatch,
@@ -73,7 +64,7 @@ def test_translate_nbest_lists_are_sorted_with_scores(numbers_model, capsys, mon
 def test_translate_warns_about_a_line_that_is_too_long(numbers_model, capsys, monkeypatch):
     long_line = " ".join(["seven"] * 200)  # the fixture model has 48 positions
     code, out, err = cli(
-        ["translate", str(numbers_model), "--beam", "1"],
+        ["translate", str(numbers_model), "--beam_size", "1"],
         capsys,
         f"twelve\n{long_line}\n",
         monkeypatch,
@@ -94,6 +85,7 @@ def test_translate_missing_model_is_a_clear_error(tmp_path, capsys):
     assert code == 2 and "model directory not found" in err
 
 
+@pytest.mark.slow
 def test_translate_is_interactive_on_a_terminal(numbers_model, capsys, monkeypatch):
     _, expected, _ = cli(["translate", str(numbers_model)], capsys, "twelve\n", monkeypatch)
     main_fd, child_fd = pty.openpty()
@@ -147,7 +139,7 @@ def test_evaluate_prints_bleu_and_chrf_with_signatures(numbers_model, tmp_path, 
 
 
 def test_evaluate_defaults_to_the_runs_test_split(numbers_model, capsys):
-    code, out, _ = cli(["evaluate", str(numbers_model), "--beam", "1"], capsys)
+    code, out, _ = cli(["evaluate", str(numbers_model), "--beam_size", "1"], capsys)
     assert code == 0 and "BLEU = " in out
     assert len((numbers_model / "test.hyp").read_text().split("\n")[:-1]) == 30
 
@@ -185,6 +177,7 @@ def test_average_is_the_mean_of_the_last_checkpoints(numbers_model, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_demo_runs_end_to_end_on_a_short_budget(tmp_path, capsys):
     result = run_demo(
         tmp_path / "demo",
@@ -219,6 +212,7 @@ def test_explain_command_prints_the_walkthrough(capsys):
     assert "\x1b[" not in out  # no colour codes when not on a terminal
 
 
+@pytest.mark.slow
 def test_attention_command_writes_figures_and_report(numbers_model, tmp_path, capsys):
     out_dir = tmp_path / "att"
     code, out, err = cli(

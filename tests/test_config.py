@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from transformer.cli import config_from_args
-from transformer.config_files import build_config, load_config
+from transformer.config import build_config, load_config
 from transformer.errors import UserError
 
 
@@ -14,14 +14,14 @@ def test_yaml_and_overrides_fill_the_dataclasses(tmp_path):
     path.write_text(
         "model: {preset: tiny, dropout: 0.2}\n"
         "data: {corpus: multi30k, src_lang: de, tgt_lang: en}\n"
-        "train: {max_steps: 10, bf16: false}\n"
+        "train: {max_steps: 10}\nruntime: {precision: fp32}\n"
     )
     cfg = config_from_args(
-        ["--config", str(path), "--train.max_steps", "20", "--beam-size=2", "--bf16", "true"]
+        ["--config", str(path), "--train.max_steps", "20", "--beam-size=2", "--precision", "bf16"]
     )
     assert cfg.model.d_model == 32 and cfg.model.dropout == 0.2  # tiny preset + override
     assert (cfg.data.corpus, cfg.data.src_lang, cfg.data.tgt_lang) == ("multi30k", "de", "en")
-    assert cfg.train.max_steps == 20 and cfg.runtime.precision == "bf16"  # --bf16: the old flag
+    assert cfg.train.max_steps == 20 and cfg.runtime.precision == "bf16"
     assert cfg.decode.beam_size == 2
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.train.max_steps = 5  # type: ignore[misc]
@@ -43,7 +43,7 @@ def test_config_round_trips_through_a_dict():
             r"unknown option --train.max_stepz; did you mean --train.max_steps",
         ),
         (["--max_steps", "many"], "--train.max_steps must be int, got 'many'"),
-        (["--bf16", "maybe"], "--bf16 must be true or false, got 'maybe'"),
+        (["--bf16", "true"], "unknown option --bf16"),
         (["--runtime.compile", "maybe"], "--runtime.compile must be bool, got 'maybe'"),
         (["--d_model", "30"], "d_model"),
         (["--label_smoothing", "1.5"], "label_smoothing"),

@@ -5,7 +5,6 @@ import hashlib
 import zipfile
 from collections import Counter
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from num2words import num2words
@@ -24,7 +23,8 @@ from transformer.data.numbers import (
 )
 from transformer.errors import UserError
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from helpers import SHARED_DATA
+
 SMALL = DataConfig(numbers_max=999_999, numbers_train=2000, numbers_valid=200, numbers_test=200)
 
 
@@ -245,6 +245,7 @@ def test_multi30k_de_en_from_shared_data():
     )
 
 
+@pytest.mark.slow
 @needs_shared
 def test_tatoeba_fra_eng_both_directions_from_shared_data():
     data = DataConfig(

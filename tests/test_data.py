@@ -159,6 +159,7 @@ def test_too_few_pairs_to_split_is_a_clear_error():
         split_pairs(numbered_pairs(2), 0.02, 0.01, seed=1)
 
 
+@pytest.mark.slow
 def test_splits_do_not_depend_on_python_hash_seed():
     # str hashes differ between processes; the splits must not. The child has a fixed hash seed,
     # this process a random one (unless PYTHONHASHSEED is set).

@@ -22,7 +22,9 @@ from transformer.data.binarized import TokenDataset
 from transformer.errors import UserError
 from transformer.training.distributed import World, shard
 from transformer.training.loop import train
-from transformer.training.state import Position, index_stream
+from transformer.training.stream import Position, index_stream
+
+pytestmark = pytest.mark.slow  # every test here trains or starts processes
 
 TINY = [
     "--preset", "tiny", "--corpus", "numbers", "--numbers_max", "999", "--numbers_train", "300",

@@ -20,29 +20,29 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer.cli import config_from_args, main
-from transformer.config import DecodeConfig, ModelConfig, RunConfig, RuntimeConfig
-from transformer.config_files import load_config
+from transformer.cli import config_from_args
+from transformer.cli.jobs import evaluate
+from transformer.config import DecodeConfig, ModelConfig, RunConfig, RuntimeConfig, load_config
 from transformer.data.corpora import load_splits
 from transformer.data.tokenizer import Tokenizers
 from transformer.errors import UserError
-from transformer.export import (
+from transformer.export import export_model, read_export, transformer_spec
+from transformer.export import spec as spec_module
+from transformer.inference import ctranslate2 as engine_module
+from transformer.inference import translate_ids
+from transformer.inference.ctranslate2 import (
     PATIENCE,
     CTranslate2Engine,
-    export_model,
     load_ctranslate2,
-    read_export,
-    transformer_spec,
     translate_batch_options,
 )
-from transformer.export import engine as engine_module
-from transformer.export import spec as spec_module
-from transformer.inference import translate_ids
+from transformer.inference.engine import load_torch_engine
 from transformer.inference.evaluate import score_translations
-from transformer.jobs import evaluate, load_translator
 from transformer.model import Transformer
 from transformer.training.loop import train
 from transformer.vocab import EOS_ID
+
+from helpers import cli
 
 needs_ct2 = pytest.mark.skipif(
     importlib.util.find_spec("ctranslate2") is None,
@@ -94,10 +94,10 @@ def engine_for(model: Transformer, folder: Path, decode: DecodeConfig) -> CTrans
     spec.optimize(quantization="float32")
     spec.save(str(folder))
     runtime = RuntimeConfig(device="cpu", threads=1)
-    translator = engine_module._translator(ctranslate2, folder, runtime, "float32")  # torch's
+    ct2_model = engine_module._ct2_model(ctranslate2, folder, runtime, "float32")  # torch's
     # threads stay as they were (a bare ctranslate2.Translator set them to 1 for later tests)
     tokenizers = Tokenizers(src, tgt)  # type: ignore[arg-type] (the engine uses two methods)
-    return CTranslate2Engine(translator, tokenizers, decode, RunConfig(model=model.config), folder)
+    return CTranslate2Engine(ct2_model, tokenizers, decode, RunConfig(model=model.config), folder)
 
 
 @needs_ct2
@@ -129,14 +129,14 @@ def test_one_call_for_all_then_only_the_sentences_that_reached_their_own_limit(t
     g = torch.Generator().manual_seed(2)
     sentences = [torch.randint(4, 40, (n,), generator=g).tolist() + [EOS_ID] for n in range(1, 9)]
     engine = engine_for(model, tmp_path, decode)
-    calls, real = [], engine.translator.translate_batch
+    calls, real = [], engine.ct2.translate_batch
 
     class Recording:  # ctranslate2.Translator's attributes cannot be set
         def translate_batch(self, source, **options):
             calls.append((len(source), options["max_decoding_length"]))
             return real(source, **options)
 
-    engine.translator = Recording()
+    engine.ct2 = Recording()
     found = [h[0].tokens for h in engine.search_ids(sentences)]
     assert calls[0] == (8, 4)  # all of them, at the largest limit: (8 pieces + EOS) / 2
     assert sorted(limit for _, limit in calls[1:]) == sorted(set(limit for _, limit in calls[1:]))
@@ -191,17 +191,18 @@ def translating_model(tmp_path_factory) -> Path:
 
 def split_sources(model_dir: Path, n: int) -> tuple[list[str], list[str]]:
     """The first ``n`` pairs of the run's own test split: sources and references."""
-    pairs = load_splits(load_translator(model_dir).config.data).test[:n]
+    pairs = load_splits(load_torch_engine(model_dir).config.data).test[:n]
     return [s for s, _ in pairs], [t for _, t in pairs]
 
 
 def limits(model_dir: Path, sources: list[str]) -> list[int]:
     """The output-length limit of each source: floor(a · (pieces + EOS) + b), within positions."""
-    t = load_translator(model_dir)
+    t = load_torch_engine(model_dir)
     a, b, cap = t.decode.max_len_a, t.decode.max_len_b, t.model.config.max_positions - 1
     return [min(math.floor(a * (len(t.tokenizers.src.encode(s)) + 1) + b), cap) for s in sources]
 
 
+@pytest.mark.slow
 @needs_ct2
 @pytest.mark.parametrize("which", ["numbers_model", "translating_model", "demo"])
 def test_greedy_equals_ours_on_trained_models(which, request):
@@ -209,7 +210,7 @@ def test_greedy_equals_ours_on_trained_models(which, request):
         pytest.skip(f"no demo model at {DEMO} (make demo trains it in about 4 minutes)")
     model_dir = DEMO if which == "demo" else request.getfixturevalue(which)
     sources, _ = split_sources(model_dir, 200)
-    ours = load_translator(model_dir, beam_size=1).translate(sources)
+    ours = load_torch_engine(model_dir, beam_size=1).translate(sources)
     theirs = load_ctranslate2(model_dir, beam_size=1).translate(sources)
     assert [t[0].tokens for t in theirs.nbest] == [t[0].tokens for t in ours.nbest]
     # Where EOS was not forced, log P(y, </s>) alike, CTranslate2's a little higher: it
@@ -227,7 +228,7 @@ def test_greedy_equals_ours_on_trained_models(which, request):
 def test_beam_4_agrees_on_95_percent_and_bleu_within_0_2(translating_model):
     sources, references = split_sources(translating_model, 200)
     assert len(sources) == 200
-    ours = load_translator(translating_model, beam_size=4, nbest=4).translate(sources)
+    ours = load_torch_engine(translating_model, beam_size=4, nbest=4).translate(sources)
     theirs = load_ctranslate2(translating_model, beam_size=4, nbest=4).translate(sources)
     same = [a[0].tokens == b[0].tokens for a, b in zip(ours.nbest, theirs.nbest, strict=True)]
     assert sum(same) >= 0.95 * len(sources), f"{sum(same)} of {len(sources)} equal"
@@ -240,13 +241,14 @@ def test_beam_4_agrees_on_95_percent_and_bleu_within_0_2(translating_model):
             assert b[0].score == pytest.approx(a[0].score, abs=0.05)
 
 
+@pytest.mark.slow
 @needs_ct2
 def test_int8_loses_at_most_half_a_bleu_point(translating_model, tmp_path):
     export_model(translating_model, tmp_path / "int8", quantization="int8")
     assert read_export(tmp_path / "int8").quantization == "int8"
     found = [
         evaluate(engine, None, None, str(tmp_path / f"{name}.hyp"), False, tmp_path)
-        for name, engine in [("torch", load_translator(translating_model)),
+        for name, engine in [("torch", load_torch_engine(translating_model)),
                              ("int8", load_ctranslate2(tmp_path / "int8"))]
     ]  # fmt: skip
     bleu_torch, bleu_int8 = (f.scores[0].score for f in found)
@@ -255,12 +257,6 @@ def test_int8_loses_at_most_half_a_bleu_point(translating_model, tmp_path):
 
 
 # --- the command line -----------------------------------------------------------------------
-def cli(args: list[str], capsys) -> tuple[int, str, str]:
-    code = main(args)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @needs_ct2
 def test_the_engine_option_keeps_empty_lines_and_the_truncation_warning(
     numbers_model, tmp_path, capsys

@@ -7,9 +7,7 @@ and that every file the user had before is byte-identical afterwards.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import random
 import shutil
 import signal
@@ -17,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,52 +22,13 @@ import pytest
 from transformer.cli import config_from_args
 from transformer.training.loop import train
 
-TINY = [
-    "--preset", "tiny", "--corpus", "numbers", "--numbers_max", "999", "--numbers_train", "400",
-    "--numbers_valid", "20", "--numbers_test", "30", "--vocab_size", "80", "--max_tokens", "800",
-    "--warmup_steps", "10", "--bleu_sentences", "5", "--max_positions", "48", "--log_every", "1",
-]  # fmt: skip
+from helpers import TINY_NUMBERS, Result, one_line_error, snapshot
+from helpers import cli_process as cli
+
+pytestmark = pytest.mark.slow  # every test here trains or starts processes
+
+TINY = [*TINY_NUMBERS, "--bleu_sentences", "5", "--log_every", "1"]
 STEP_10, STEP_20 = "step_00000010", "step_00000020"
-
-
-@dataclass
-class Result:
-    code: int
-    stdout: str
-    stderr: list[str]  # lines
-
-
-def cli(*args: str, stdin: str | bytes | None = None, script: str | None = None) -> Result:
-    """Runs the command line in a child process (``script``: Python run instead of ``-m``)."""
-    command = [sys.executable, "-c", script, *args] if script else [
-        sys.executable, "-m", "transformer", *args
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("TRANSFORMER_DEBUG", None)
-    data = stdin.encode() if isinstance(stdin, str) else stdin
-    done = subprocess.run(command, input=data, capture_output=True, env=env, timeout=300)
-    stderr = done.stderr.decode(errors="replace").splitlines()
-    return Result(done.returncode, done.stdout.decode(errors="replace"), stderr)
-
-
-def one_line_error(result: Result, code: int, *needles: str) -> str:
-    """Asserts the exit code and a single stderr line, with no traceback, holding ``needles``."""
-    assert result.code == code, (result.code, result.stderr)
-    assert len(result.stderr) == 1, result.stderr
-    line = result.stderr[0]
-    assert "Traceback" not in line
-    for needle in needles:
-        assert needle in line, (needle, line)
-    return line
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    """SHA-256 of every file under ``folder`` (the flock file ``.lock`` aside: it is ours)."""
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +79,7 @@ def test_a_failed_translation_leaves_the_old_output_file(run, tmp_path):
     output.write_text("yesterday's translations\n")
     # 2,500 good lines (one chunk of 2,000 is translated and written), then invalid UTF-8.
     stdin = b"one\n" * 2500 + b"tw\xffo\n"
-    result = cli("translate", str(run), "--beam", "1", "-o", str(output), stdin=stdin)
+    result = cli("translate", str(run), "--beam_size", "1", "-o", str(output), stdin=stdin)
     one_line_error(result, 2, "line 2501")
     assert output.read_text() == "yesterday's translations\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt", "run"]  # no temporary file
@@ -239,7 +197,7 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(run, file):
 # ------------------------------------------------------------------------- full disk
 FULL_DISK = textwrap.dedent("""
     import builtins, errno, sys
-    from transformer.training import checkpoint
+    from transformer import model_dir
     from transformer.cli import main
 
     def full_disk(path, mode="r", *args, **kwargs):
@@ -247,7 +205,7 @@ FULL_DISK = textwrap.dedent("""
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return builtins.open(path, mode, *args, **kwargs)
 
-    checkpoint.open = full_disk
+    model_dir.open = full_disk
     sys.exit(main(sys.argv[1:]))
 """)
 
@@ -367,7 +325,7 @@ def test_kill_9_at_random_points_always_leaves_a_loadable_run(tmp_path):
 
 
 def test_a_broken_pipe_exits_quietly(run):
-    shell = (f"set -o pipefail; {sys.executable} -m transformer translate {run} --beam 1 "
+    shell = (f"set -o pipefail; {sys.executable} -m transformer translate {run} --beam_size 1 "
              "| head -1")  # fmt: skip
     done = subprocess.run(["bash", "-c", shell], input="twelve\n" * 3000, capture_output=True,
                           text=True, timeout=300)  # fmt: skip

@@ -32,9 +32,9 @@ def test_info_command_prints_the_table(capsys):
             "info",
             "--preset",
             "base",
-            "--src-vocab",
+            "--src-vocab-size",
             "37000",
-            "--tgt-vocab",
+            "--tgt-vocab-size",
             "37000",
             "--share-embeddings",
         ]
@@ -51,9 +51,9 @@ def test_info_with_bad_values_is_one_line_error(capsys):
             "info",
             "--preset",
             "base",
-            "--src-vocab",
+            "--src-vocab-size",
             "100",
-            "--tgt-vocab",
+            "--tgt-vocab-size",
             "200",
             "--share-embeddings",
         ]

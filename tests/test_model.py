@@ -7,11 +7,11 @@ from transformer.config import ModelConfig
 from transformer.model import Transformer
 from transformer.vocab import BOS_ID, PAD_ID
 
+from helpers import tiny_model
+
 
 def tiny(**overrides) -> Transformer:
-    torch.manual_seed(0)
-    cfg = ModelConfig.preset("tiny", src_vocab_size=40, tgt_vocab_size=30, **overrides)
-    return Transformer(cfg).eval()
+    return tiny_model(40, 30, **overrides)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

@@ -18,10 +18,10 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
     status_code_conformance,
 )
 
-from transformer.config import RuntimeConfig  # noqa: E402
-from transformer.config_serve import ServeConfig  # noqa: E402
-from transformer.jobs import load_translator  # noqa: E402
 from transformer.serve import create_app  # noqa: E402
+from transformer.serve.config import ServeConfig  # noqa: E402
+
+pytestmark = pytest.mark.slow  # every test here trains or starts processes
 
 EXAMPLES = 100  # per operation and generation mode: bounded, so the suite stays fast
 # An invalid request may also be refused for its size (413): that is a rejection too.
@@ -33,11 +33,10 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 
 @pytest.fixture(scope="module")
-def app(numbers_model):
+def app(torch_engine):
     # Small limits, so that generated requests reach them; a short beam keeps examples fast.
-    translator = load_translator(numbers_model, runtime=RuntimeConfig(device="cpu"))
     config = ServeConfig(max_sentences=4, max_chars=60, max_beam=4, max_body_bytes=2048)
-    app = create_app(translator, config)
+    app = create_app(torch_engine, config)
     yield app
     app.state.batcher.close()
 

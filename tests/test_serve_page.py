@@ -20,6 +20,8 @@ import pytest
 sync_api = pytest.importorskip("playwright.sync_api")
 import httpx  # noqa: E402
 
+pytestmark = pytest.mark.slow  # every test here trains or starts processes
+
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                "--disable-background-networking", "--disable-component-update",

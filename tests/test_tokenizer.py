@@ -2,7 +2,6 @@
 
 import io
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import sentencepiece as spm
@@ -13,7 +12,7 @@ from transformer.data.tokenizer import Tokenizer, Tokenizers
 from transformer.errors import UserError
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from helpers import SHARED_DATA
 
 ENGLISH = [
     "the cat sat on the mat.",

@@ -12,17 +12,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from transformer.cli import config_from_args, main
 from transformer.config import DecodeConfig
 from transformer.data.tokenizer import Tokenizers
 from transformer.errors import UserError
-from transformer.inference.translator import translate
+from transformer.inference.translate import translate
+from transformer.model_dir import load_checkpoint, read_index
 from transformer.training import loop as train_module
-from transformer.training.checkpoint import load_checkpoint, read_index
 from transformer.training.loop import train
 from transformer.training.metrics import read_metrics
+
+from helpers import weights
+
+pytestmark = pytest.mark.slow  # every test here trains or starts processes
 
 TINY_NUMBERS = [
     "--preset", "tiny", "--corpus", "numbers", "--numbers_max", "999", "--numbers_train", "300",
@@ -33,10 +36,6 @@ TINY_NUMBERS = [
 
 def config(*extra: str):
     return config_from_args([*TINY_NUMBERS, *extra])
-
-
-def weights(folder: Path) -> dict[str, torch.Tensor]:
-    return load_file(str(folder / "model.safetensors"))
 
 
 def reverse_files(folder: Path, n: int, seed: int) -> tuple[Path, Path]:

@@ -13,14 +13,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config_files import load_config
+from .config import load_config
 from .data.corpora import load_splits
 from .data.numbers import number_pairs
 from .device import resolve_device
 from .errors import UserError
+from .inference.engine import load_torch_engine
 from .inference.evaluate import ExactMatch, exact_match
-from .inference.translator import translate
-from .jobs import load_translator
+from .inference.translate import translate
 from .training.loop import train
 from .training.rundir import RunDir
 
@@ -58,7 +58,7 @@ def run_demo(
     print(f"from scratch, for at most {minutes:g} minutes on this machine ({device.type}).")
     result = train(config, out_dir, overwrite=True, progress=progress)
 
-    best = load_translator(out_dir, "best", config.runtime)
+    best = load_torch_engine(out_dir, "best", config.runtime)
     model, tokenizers, decode = best.model, best.tokenizers, best.decode
     splits = load_splits(best.config.data)
     sources, references = [s for s, _ in splits.test], [t for _, t in splits.test]

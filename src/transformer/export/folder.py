@@ -24,13 +24,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import RunConfig
-from ..config_files import build_config
+from ..config import RunConfig, build_config
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..files import fsync_dir, fsync_tree, remove_tree, write_json_atomic
 from ..model.transformer import Transformer
-from ..training.checkpoint import load_checkpoint, model_dir_of
+from ..model_dir import load_checkpoint, model_dir_of
 from .spec import import_ctranslate2, transformer_spec
 
 MARKER = "transformer-export.json"

@@ -14,7 +14,7 @@ Shared rules of every search:
   pay for the sentences still being decoded;
 - the model runs under ``torch.inference_mode()`` in eval mode; its train/eval mode is restored.
 
-The searches (``greedy.py``, ``beam.py``; ``translator.py`` chooses among them) use only
+The searches (``greedy.py``, ``beam.py``; ``translate.py`` chooses among them) use only
 ``model.encode``, ``model.decode``, ``model.new_cache`` and ``model.log_probs`` (plus
 ``model.config.max_positions`` when present), so any object with those methods can be searched,
 e.g. a stub with hand-set distributions in the tests.

@@ -44,11 +44,11 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from ..config import DecodeConfig
-from ..config_serve import ServeConfig
 from ..errors import BadValue, UserError
-from ..inference.translator import inspect_sentence
-from ..jobs import Engine, Translator
+from ..inference.engine import Engine, TorchEngine
+from ..inspect.attention import inspect_sentence
 from .batcher import Batcher, QueueFull, ShuttingDown
+from .config import ServeConfig
 from .middleware import AccessLog, BodyLimit
 from .schema import (
     AttentionResponse,
@@ -152,7 +152,7 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
         """Translates one sentence and returns its encoder-decoder attention, layer by layer
         (torch engine only: 501 with CTranslate2)."""
         start = time.perf_counter()
-        if not isinstance(engine, Translator):
+        if not isinstance(engine, TorchEngine):
             raise ApiError(501, "not_implemented", f"attention maps need the torch engine; this "
                            f"server runs {engine.name} (serve --engine torch)")  # fmt: skip
         request.state.log = _log_fields([body.sentence], config.log_text)

@@ -8,7 +8,7 @@ into batches of at most ``batch_tokens`` padded source tokens, ``data/batching.p
 gives each job its own translations, in its own order.
 
 Only the worker touches the model, so inference never runs concurrently on shared state (the
-key/value caches, autocast, torch's threads, or CTranslate2's translator). Other work on the
+key/value caches, autocast, torch's threads, or CTranslate2's model). Other work on the
 model (attention maps) goes through the same queue, as a job of its own (``call``).
 
 A job whose caller stopped waiting (a timed-out request) before the worker reached it is
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import DecodeConfig
-from ..inference.translator import TranslationResult
-from ..jobs import Engine
+from ..inference.engine import Engine
+from ..inference.translate import TranslationResult
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..config_serve import ServeConfig
+from .config import ServeConfig
 
 STRICT = ConfigDict(strict=True, extra="forbid")
 

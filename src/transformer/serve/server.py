@@ -23,9 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import RuntimeConfig
-from ..config_serve import API_KEY_ENV, ServeConfig
 from ..errors import UserError
-from ..jobs import load_engine
+from ..inference.engine import load_engine
+from .config import API_KEY_ENV, ServeConfig
 from .middleware import access_log
 
 
@@ -43,7 +43,7 @@ def serve(
         config: address, API key (default: ``$TRANSFORMER_API_KEY``) and limits.
         runtime: the device and precision to translate with.
         decode: DecodeConfig fields on top of the model's own: the default search.
-        engine: ``torch`` (ours) or ``ctranslate2`` (jobs.load_engine).
+        engine: ``torch`` (ours) or ``ctranslate2`` (inference/engine.py).
     """
     import uvicorn
 

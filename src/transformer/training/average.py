@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
-from .checkpoint import WEIGHTS, load_checkpoint, read_weights, save_checkpoint, step_checkpoints
+from ..model_dir import WEIGHTS, load_checkpoint, read_weights, save_checkpoint, step_checkpoints
 from .rundir import RunDir
 
 

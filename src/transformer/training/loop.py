@@ -7,6 +7,9 @@ and an AdamW step at the learning rate of the warmup / inverse-square-root sched
 Everything a resumed run needs is saved with each checkpoint: weights, optimizer moments, step,
 RNG states and the position in the epoch's batch order; so a run stopped at any point (even by
 SIGKILL) and resumed ends with the same weights, bit for bit on CPU, as an uninterrupted run.
+
+``train`` prepares (rank 0: lock, validate, tokenizers, binarized data; the other ranks read
+what it wrote), then every rank runs the same ``run_job``.
 """
 
 from __future__ import annotations
@@ -30,31 +33,19 @@ from ..data.batching import example_lengths
 from ..device import autocast, grad_scaler, prepare_runtime
 from ..errors import Interrupted, LostContact
 from ..model.transformer import Transformer
-from .checkpoint import (
-    WEIGHTS,
-    load_trainer_state,
-    load_weights,
-    prune_checkpoints,
-    resume_point,
-    save_checkpoint,
-    update_index,
-)
+from ..model_dir import WEIGHTS, load_weights, save_checkpoint, update_index
+from .checkpoint import load_trainer_state, prune_checkpoints, resume_point
 from .distributed import World, finish, init, shard, world_from_env
 from .divergence import Divergence
 from .loss import label_smoothed_nll
-from .metrics import MetricsLog, NoLog
+from .metrics import Meter, MetricsLog, NoLog
 from .optimizer import clip_gradients, make_optimizer
 from .prepare import Prepared, prepare, save
-from .rundir import RunDir
-from .schedule import (
-    cooldown,
-    inverse_sqrt_lr,
-    run_progress,
-    schedule_factor,
-    set_learning_rate,
-)
+from .rundir import Destination, RunDir
+from .schedule import learning_rate, set_learning_rate
 from .signals import StopRequests
-from .state import Meter, Position, TrainerState, index_stream, selection_score
+from .state import TrainerState, selection_score
+from .stream import Position, index_stream
 from .validate import validate
 
 log = logging.getLogger(__name__)
@@ -63,9 +54,28 @@ log = logging.getLogger(__name__)
 @dataclass
 class TrainResult:
     out_dir: Path
-    step: int
+    step: int  # the run's step count at the end
+    first_step: int  # where this process started (0, or the step it resumed from)
     best_valid_nll: float
-    seconds: float
+    seconds: float  # of training in total, resumed parts included
+
+    @property
+    def steps_here(self) -> int:
+        """Steps this process trained."""
+        return self.step - self.first_step
+
+
+@dataclass
+class Job:
+    """What every rank needs once the data is prepared."""
+
+    data: Prepared
+    out: Destination  # where checkpoints go (rank 0 writes, the others only read)
+    saved: tuple[Path, dict] | None  # the checkpoint to resume from and its trainer state
+    resume: bool
+    progress: bool
+    world: World
+    device: torch.device
 
 
 def train(
@@ -95,7 +105,13 @@ def train(
     device = prepare_runtime(config.runtime, world.local_rank)  # before anything is written
     init(world, device, config.runtime.timeout_minutes)
     try:
-        return _train_here(config, out_dir, resume, overwrite, progress, world, device)
+        if not world.main:  # rank 0 prepares the data; the others use what it wrote
+            config, root, folder = world.broadcast(None)
+            saved = (folder, load_trainer_state(folder)) if folder is not None else None
+            run = RunDir(root)
+            data = Prepared.written(config, run)
+            return run_job(Job(data, Destination(run, False), saved, resume, False, world, device))
+        return _prepare_and_run(config, RunDir(out_dir), resume, overwrite, progress, world, device)
     except (torch.distributed.DistError, RuntimeError) as error:
         if not (world.distributed and _lost_contact(error)):
             raise
@@ -118,18 +134,11 @@ def _lost_contact(error: BaseException) -> bool:
     return any(word in text for word in ("gloo", "NCCL", "Timed out", "Connection closed"))
 
 
-def _train_here(
-    config: RunConfig, out_dir: Path, resume: bool, overwrite: bool, progress: bool,
+def _prepare_and_run(
+    config: RunConfig, run: RunDir, resume: bool, overwrite: bool, progress: bool,
     world: World, device: torch.device,
 ) -> TrainResult:  # fmt: skip
-    """``train`` in this process, which knows its place in the world."""
-    if not world.main:  # rank 0 prepares the data; the others use what it wrote
-        config, root, folder = world.broadcast(None)
-        saved = (folder, load_trainer_state(folder)) if folder is not None else None
-        run = RunDir(root)
-        return _train(Prepared.written(config, run), run, run, saved, resume, False, world,
-                      device)  # fmt: skip
-    run = RunDir(out_dir)
+    """Rank 0: under the run's lock, validate and prepare everything, then train."""
     with run.locked():
         run.recover()
         run.check_start(resume, overwrite)
@@ -139,31 +148,21 @@ def _train_here(
             shutil.rmtree(run.scratch, ignore_errors=True)  # a half-made training set
             raise
         saved = resume_point(run.checkpoints) if resume else None
-        target = run.staging() if run.has_run() and not resume else run
+        out = run.destination(resume)
         try:
             if resume:
                 run.adopt_data(run.scratch)  # a training set made again for this run
             else:
-                save(data, target, run.scratch)
-            world.broadcast((data.config, target.root, saved[0] if saved else None))
-            return _train(data, run, target, saved, resume, progress, world, device)
+                save(data, out.current, run.scratch)
+            world.broadcast((data.config, out.current.root, saved[0] if saved else None))
+            return run_job(Job(data, out, saved, resume, progress, world, device))
         finally:
-            if target is not run:  # stopped before its first checkpoint: the old run stays
-                shutil.rmtree(target.root, ignore_errors=True)
+            out.discard()  # stopped before its first checkpoint: the old run stays
 
 
-def _train(
-    data: Prepared,
-    run: RunDir,
-    target: RunDir,
-    saved: tuple[Path, dict] | None,
-    resume: bool,
-    progress: bool,
-    world: World,
-    device: torch.device,
-) -> TrainResult:
-    """The loop itself, writing into ``target`` (``run`` itself, or its staging folder until the
-    first checkpoint is saved); on ranks other than 0 it writes nothing."""
+def run_job(job: Job) -> TrainResult:
+    """The loop itself, the same on every rank; only rank 0 writes."""
+    data, world, device = job.data, job.world, job.device
     config, t, runtime = data.config, data.config.train, data.config.runtime
     # The hardware, chosen once (device.py): device, precision, scaler, compile, DDP.
     scaler = grad_scaler(device, runtime.precision)
@@ -176,10 +175,11 @@ def _train(
         world.distributed) else model  # fmt: skip
     forward = torch.compile(trained, dynamic=True) if runtime.compile else trained
     optimizer = make_optimizer(model, t)
-    log_file = MetricsLog(target.metrics, target.tensorboard, resume) if world.main else NoLog()
+    log_file = (MetricsLog(job.out.current.metrics, job.out.current.tensorboard, job.resume)
+                if world.main else NoLog())  # fmt: skip
     state = TrainerState()
-    if saved is not None:
-        folder, trainer = saved
+    if job.saved is not None:
+        folder, trainer = job.saved
         load_weights(model, folder / WEIGHTS)
         state = TrainerState.restore(trainer, optimizer, scaler, world)
         log_file.write(event="resume", step=state.step, checkpoint=folder.name)
@@ -187,28 +187,26 @@ def _train(
         parameters = sum(p.numel() for p in model.parameters())
         log_file.write(event="start", **data.stats, parameters=parameters, device=str(device),
                        world_size=world.size)  # fmt: skip
+    first_step = state.step
     watch = Divergence(device, check_grad_norm=not scaler.is_enabled())
 
     def checkpoint(is_best: bool) -> Path:
-        nonlocal target
-        watch.check(target.checkpoints, world)  # never save weights that a NaN has reached
+        watch.check(job.out.current.checkpoints, world)  # never save weights a NaN has reached
         name = f"step_{state.step:08d}"
         trainer = state.to_dict(optimizer, scaler, world)  # every rank's random state
         if world.main:
-            save_checkpoint(target.checkpoints, name, model, config, trainer)
-            update_index(target.checkpoints, last=name, **({"best": name} if is_best else {}))
-            if target is not run:  # the new run has a checkpoint: it may replace the old one
-                run.adopt(target)
-                target = run
-            prune_checkpoints(target.checkpoints, t.keep_checkpoints)
+            checkpoints = job.out.current.checkpoints
+            save_checkpoint(checkpoints, name, model, config, trainer)
+            update_index(checkpoints, last=name, **({"best": name} if is_best else {}))
+            job.out.checkpoint_saved()  # an --overwrite run now replaces the old one
+            prune_checkpoints(job.out.current.checkpoints, t.keep_checkpoints)
         world.barrier()  # the others wait for the checkpoint
-        return target.checkpoints / name
+        return job.out.current.checkpoints / name
 
-    factor = schedule_factor(config.model.d_model, t.warmup_steps, t.lr_factor, t.peak_lr)
     stream = index_stream(data.train, t.max_tokens, t.seed, state.position)
     target_lengths = example_lengths(data.train)[1]  # decoder-input lengths: tokens per batch
     limit = f"train, at most {t.max_minutes:g} min" if t.max_minutes else "train"
-    bar = tqdm(total=t.max_steps, initial=state.step, disable=not (progress and world.main),
+    bar = tqdm(total=t.max_steps, initial=state.step, disable=not (job.progress and world.main),
                unit="step", desc=limit, dynamic_ncols=True)  # fmt: skip
     meter = Meter(device)
     started = time.perf_counter() - state.elapsed
@@ -216,11 +214,7 @@ def _train(
     with StopRequests() as stop:
         while not _finished(state.step, state.position, t, time.perf_counter() - started):
             state.step += 1
-            lr = inverse_sqrt_lr(state.step, config.model.d_model, t.warmup_steps, factor)
-            seconds = time.perf_counter() - started
-            lr *= cooldown(
-                run_progress(state.step, seconds, t.max_steps, t.max_minutes), t.cooldown
-            )
+            lr = learning_rate(state.step, time.perf_counter() - started, config.model.d_model, t)
             set_learning_rate(optimizer, lr)
             group = []  # the step's batches, the same on every rank
             for _ in range(t.accumulate * world.size):
@@ -248,7 +242,7 @@ def _train(
             bar.update(1)
 
             if state.step % t.log_every == 0:
-                watch.check(target.checkpoints, world)
+                watch.check(job.out.current.checkpoints, world)
                 row = {"step": state.step, "epoch": state.position.epoch,
                        **meter.summary(world), "lr": lr, "grad_norm": float(grad_norm)}  # fmt: skip
                 log_file.write(**row)
@@ -261,7 +255,7 @@ def _train(
             stopping = world.any(stop.requested, device)
             improved = False
             if state.step % t.validate_every == 0 or done:
-                watch.check(target.checkpoints, world)
+                watch.check(job.out.current.checkpoints, world)
                 if world.main:
                     validated = validate(model, data, config)
                     score = selection_score(validated, t.best_metric)
@@ -281,7 +275,7 @@ def _train(
                 log_file.close()
                 raise Interrupted(
                     f"{stop.name} at step {state.step}: saved {saved_to}; continue with: "
-                    f"transformer train --out {shlex.quote(str(run.root))} --resume",
+                    f"transformer train --out {shlex.quote(str(job.out.run.root))} --resume",
                     128 + (stop.signum or signal.SIGTERM),
                 )
     bar.close()
@@ -289,7 +283,8 @@ def _train(
     log_file.write(event="end", step=state.step, seconds=state.elapsed,
                    best_valid_nll=state.best_valid_nll)  # fmt: skip
     log_file.close()
-    return TrainResult(run.root, state.step, state.best_valid_nll, state.elapsed)
+    return TrainResult(job.out.run.root, state.step, first_step, state.best_valid_nll,
+                       state.elapsed)  # fmt: skip
 
 
 def _finished(step: int, position: Position, t: TrainConfig, seconds: float) -> bool:

@@ -1,11 +1,17 @@
-"""Training metrics: one JSON object per line in ``metrics.jsonl``, and TensorBoard if installed."""
+"""Training metrics: the running sums between two log lines, and one JSON object per line in
+``metrics.jsonl`` (and TensorBoard if installed)."""
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
+import torch
+
+from .distributed import World
+from .loss import LossSums
 from .rundir import RunDir
 
 
@@ -54,3 +60,34 @@ class NoLog:
 
     def close(self) -> None:
         pass
+
+
+class Meter:
+    """Running sums between two log lines, kept on the device (read once, at the log line)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.loss = torch.zeros((), device=device)
+        self.nll = torch.zeros((), device=device)
+        self.tokens = torch.zeros((), dtype=torch.long, device=device)
+        self.padded = 0
+        self.start = time.perf_counter()
+
+    def add(self, sums: LossSums, padded: int) -> None:
+        self.loss += sums.loss.detach().float()
+        self.nll += sums.nll.detach().float()
+        self.tokens += sums.n_tokens
+        self.padded += padded
+
+    def summary(self, world: World = World()) -> dict[str, float]:  # noqa: B008 (frozen)
+        """Mean loss, perplexity, and tokens per second (source + target, padding included),
+        over every rank."""
+        sums = torch.stack([self.loss, self.nll, self.tokens.float(),
+                            torch.tensor(float(self.padded), device=self.loss.device)])  # fmt: skip
+        loss, nll, tokens, padded = world.sum(sums).tolist()
+        tokens = max(tokens, 1.0)
+        seconds = time.perf_counter() - self.start
+        return {
+            "loss": loss / tokens,
+            "ppl": math.exp(min(nll / tokens, 50)),
+            "tokens_per_s": padded / seconds,
+        }

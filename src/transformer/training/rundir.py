@@ -28,12 +28,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..config import RunConfig
-from ..config_files import build_config
+from ..config import RunConfig, build_config
 from ..data.tokenizer import TOKENIZER_DIR
 from ..errors import UserError
 from ..files import fsync_dir, write_json_atomic
-from .checkpoint import CHECKPOINTS, CONFIG, clean_checkpoints, step_checkpoints
+from ..model_dir import CHECKPOINTS, CONFIG, step_checkpoints
+from .checkpoint import clean_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,11 @@ class RunDir:
                 shutil.rmtree(self.root, ignore_errors=True)
 
     # ------------------------------------------------------------------- overwrite, safely
+    def destination(self, resume: bool) -> Destination:
+        """Where a training writes: into this folder, or, when it starts afresh over a run that
+        is already here (``--overwrite``), into the staging folder until its first checkpoint."""
+        return Destination(self, staged=self.has_run() and not resume)
+
     def staging(self) -> RunDir:
         """Where ``--overwrite`` builds the new run (empty)."""
         staged = RunDir(self.root / self.STAGING)
@@ -227,3 +232,31 @@ class RunDir:
 
     def save_config(self, values: dict) -> None:
         write_json_atomic(self.config, values)
+
+
+class Destination:
+    """The folder a training writes into right now, and the swap that ``--overwrite`` makes.
+
+    A fresh run over an existing one is built in ``.staging``; once its first checkpoint is
+    saved (``checkpoint_saved``) it replaces the old run, and from then on the training writes
+    into the run's own folder. Stopped before that (``discard``), the old run stays as it was.
+    """
+
+    def __init__(self, run: RunDir, staged: bool) -> None:
+        self.run = run
+        self.current = run.staging() if staged else run
+
+    @property
+    def staged(self) -> bool:
+        return self.current is not self.run
+
+    def checkpoint_saved(self) -> None:
+        """The new run has a checkpoint: it may replace the old one."""
+        if self.staged:
+            self.run.adopt(self.current)
+            self.current = self.run
+
+    def discard(self) -> None:
+        """Drops a staged run that never reached its first checkpoint."""
+        if self.staged:
+            shutil.rmtree(self.current.root, ignore_errors=True)

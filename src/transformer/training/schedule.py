@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from ..config import TrainConfig
+
 
 def inverse_sqrt_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
     """The learning rate for update number ``step`` (counted from 1)."""
@@ -51,3 +53,11 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Applies ``lr`` to every parameter group (the schedule's only state is the step count)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+def learning_rate(step: int, seconds: float, d_model: int, t: TrainConfig) -> float:
+    """The rate of update ``step`` (from 1) after ``seconds`` of training: the warmup /
+    inverse-square-root schedule with ``t``'s factor (or peak), times the cool-down."""
+    factor = schedule_factor(d_model, t.warmup_steps, t.lr_factor, t.peak_lr)
+    progress = run_progress(step, seconds, t.max_steps, t.max_minutes)
+    return inverse_sqrt_lr(step, d_model, t.warmup_steps, factor) * cooldown(progress, t.cooldown)

@@ -11,7 +11,7 @@ import torch
 
 from ..config import RunConfig
 from ..data.batching import collate, make_batches
-from ..inference.translator import translate
+from ..inference.translate import translate
 from ..model.transformer import Transformer
 from .loss import label_smoothed_nll
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from .config_checks import check_finite, check_positive, check_types
-from .errors import BadValue
+from ..config.checks import check_finite, check_positive, check_types
+from ..errors import BadValue
 
 API_KEY_ENV = "TRANSFORMER_API_KEY"
 

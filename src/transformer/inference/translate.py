@@ -15,8 +15,8 @@ engine treats lines alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -25,9 +25,8 @@ from torch import Tensor, nn
 from ..config import DecodeConfig
 from ..data.batching import encode_source, length_batches, pad
 from ..data.tokenizer import Tokenizers
-from ..errors import UserError
-from ..model.transformer import AttentionMaps, Transformer
-from ..vocab import BOS_ID, PAD_ID
+from ..model.transformer import Transformer
+from ..vocab import PAD_ID
 from .beam import beam_search
 from .greedy import greedy_search, sample
 from .search import Hypothesis
@@ -168,79 +167,3 @@ def translate_with(
                 Translation(tokenizers.tgt.decode(h.tokens), h.score, h.tokens) for h in hypotheses
             ]
     return TranslationResult(nbest, truncated)
-
-
-def format_nbest(index: int, options: list[Translation]) -> list[str]:
-    """Moses-style n-best lines: ``sentence index ||| translation ||| score``."""
-    return [f"{index} ||| {t.text} ||| {t.score:.4f}" for t in options]
-
-
-def translate_lines(
-    translate: Callable[[list[str]], TranslationResult],
-    lines: Iterable[str],
-    nbest: int,
-    write: Callable[[str], None],
-    warn: Callable[[str], None],
-    chunk: int = 2000,
-) -> int:
-    """Translates a stream of lines in chunks (bounded memory), keeping line alignment.
-
-    Args:
-        translate: an engine's sentences -> TranslationResult (``translate`` above, bound to a
-            model, or another engine's).
-        nbest: lines written per input line; > 1 writes Moses-style n-best lines.
-    Each input line gives one output line (``nbest`` lines with ``nbest`` > 1); an empty line
-    gives an empty line. Returns the number of input lines.
-    """
-    done = 0
-    buffer: list[str] = []
-
-    def flush() -> None:
-        result = translate(buffer)
-        for i in result.truncated:
-            warn(f"line {done + i + 1}: longer than the model accepts; translated its beginning")
-        for i, options in enumerate(result.nbest):
-            if nbest > 1:
-                for line in format_nbest(done + i, options[:nbest]):
-                    write(line)
-            else:
-                write(options[0].text)
-
-    for line in lines:
-        buffer.append(line.rstrip("\n"))
-        if len(buffer) == chunk:
-            flush()
-            done, buffer = done + len(buffer), []
-    if buffer:
-        flush()
-        done += len(buffer)
-    return done
-
-
-@dataclass
-class Inspection:
-    """One sentence, its translation, and every attention weight of the forward pass."""
-
-    source: str
-    translation: str
-    maps: AttentionMaps
-    src_labels: list[str]  # source pieces + </s>
-    tgt_labels: list[str]  # decoder input: <s> + translation pieces
-
-
-def inspect_sentence(
-    model: Transformer, tokenizers: Tokenizers, sentence: str, decode: DecodeConfig
-) -> Inspection:
-    """Translates ``sentence`` and re-runs the model on (source, <s> + translation) to collect
-    the attention weights of every layer and head."""
-    if not sentence.strip():
-        raise UserError("the sentence to inspect is empty")
-    best = translate(model, tokenizers, [sentence], replace(decode, nbest=1)).nbest[0][0]
-    src_ids = encode_source(tokenizers.src.encode(sentence))[: model.config.max_positions]
-    tgt_ids = [BOS_ID, *best.tokens]
-    device = next(model.parameters()).device  # the ids go where the weights are (a GPU too)
-    src, tgt = torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device)
-    maps = model.attention_maps(src, tgt)  # (1, S), (1, T)
-    src_labels = [tokenizers.src.id_to_piece(i) for i in src_ids]
-    tgt_labels = [tokenizers.tgt.id_to_piece(i) for i in tgt_ids]
-    return Inspection(sentence, best.text, maps, src_labels, tgt_labels)

@@ -1,4 +1,4 @@
-"""The ctranslate2 engine: translate and evaluate through CTranslate2 instead of our torch search.
+"""The ctranslate2 engine: translate, evaluate and serve through CTranslate2 instead of our search.
 
 It plugs into the same text path as the torch engine (``translate_with``: empty lines, the
 truncation to ``max_positions`` with its warning, line alignment); the search, and the batching
@@ -57,13 +57,13 @@ from ..config import DecodeConfig, RunConfig, RuntimeConfig
 from ..data.batching import pad
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
-from ..inference.search import Hypothesis, gnmt_length_penalty, output_length_limits
-from ..inference.translator import TranslationResult, check_no_padding, translate_with
+from ..export.folder import is_export, read_export, save_model
+from ..export.spec import import_ctranslate2
 from ..model.transformer import Transformer
-from ..training.checkpoint import load_checkpoint, model_dir_of
+from ..model_dir import load_checkpoint, model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
-from .folder import is_export, read_export, save_model
-from .spec import import_ctranslate2
+from .search import Hypothesis, gnmt_length_penalty, output_length_limits
+from .translate import TranslationResult, check_no_padding, translate_with
 
 PATIENCE = 2.0  # beam search goes on until 2K hypotheses have finished (see above)
 
@@ -99,7 +99,7 @@ def translate_batch_options(
 class CTranslate2Engine:
     """A CTranslate2 model ready to translate, with our tokenizers and search settings."""
 
-    translator: Any  # ctranslate2.Translator
+    ct2: Any  # the ctranslate2.Translator that runs the model
     tokenizers: Tokenizers
     decode: DecodeConfig  # the default search
     config: RunConfig  # the run's config (model, data, decode)
@@ -115,9 +115,9 @@ class CTranslate2Engine:
 
     @property
     def device(self) -> str:
-        if self.translator.device == "cpu":
+        if self.ct2.device == "cpu":
             return "cpu"
-        return f"{self.translator.device}:{self.translator.device_index[0]}"
+        return f"{self.ct2.device}:{self.ct2.device_index[0]}"
 
     @cached_property
     def parameters(self) -> int:
@@ -167,13 +167,13 @@ class CTranslate2Engine:
         source = [[self._src_pieces[i] for i in ids] for ids in sentences]
         batch = {"max_batch_size": d.batch_size, "batch_type": "examples"} | options
         budget = max(limits)
-        results = self.translator.translate_batch(source, max_decoding_length=budget, **batch)
+        results = self.ct2.translate_batch(source, max_decoding_length=budget, **batch)
         again: dict[int, list[int]] = defaultdict(list)  # limit -> rows to decode again
         for row, (result, limit) in enumerate(zip(results, limits, strict=True)):
             if limit < budget and max(map(len, result.hypotheses), default=0) >= limit:
                 again[limit].append(row)  # steps counted with </s> (return_end_token)
         for limit, rows in again.items():
-            exact = self.translator.translate_batch(
+            exact = self.ct2.translate_batch(
                 [source[row] for row in rows], max_decoding_length=limit, **batch
             )
             for row, result in zip(rows, exact, strict=True):
@@ -217,7 +217,7 @@ def load_ctranslate2(
     if is_export(path):
         info = read_export(path)
         tokenizers, config = Tokenizers.load(path), info.config
-        translator = _translator(ct2, path, runtime, info.quantization)
+        model = _ct2_model(ct2, path, runtime, info.quantization)
     else:
         with _torch_on_one_thread():
             loaded = load_checkpoint(path, checkpoint, "cpu")
@@ -225,9 +225,9 @@ def load_ctranslate2(
             tokenizers = Tokenizers.load(model_dir_of(path))
             with tempfile.TemporaryDirectory(prefix="transformer-ct2-") as folder:
                 save_model(loaded.model, tokenizers, config, Path(folder), "float32", str(path))
-                translator = _translator(ct2, Path(folder), runtime, "float32")  # into memory
+                model = _ct2_model(ct2, Path(folder), runtime, "float32")  # into memory
     decode = config.decode.with_search(**search)
-    return CTranslate2Engine(translator, tokenizers, decode, config, path)
+    return CTranslate2Engine(model, tokenizers, decode, config, path)
 
 
 @contextmanager
@@ -245,7 +245,7 @@ def _torch_on_one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _translator(ct2: Any, folder: Path, runtime: RuntimeConfig, quantization: str) -> Any:
+def _ct2_model(ct2: Any, folder: Path, runtime: RuntimeConfig, quantization: str) -> Any:
     """A ``ctranslate2.Translator`` on the runtime's device, threads and precision."""
     cuda_devices = ct2.get_cuda_device_count()
     device, _, index = runtime.device.partition(":")
@@ -266,12 +266,12 @@ def _translator(ct2: Any, folder: Path, runtime: RuntimeConfig, quantization: st
         else {"intra_threads": runtime.threads}
     )
     torch_threads = torch.get_num_threads()
-    translator = ct2.Translator(str(folder), device=device, device_index=int(index or 0),
+    model = ct2.Translator(str(folder), device=device, device_index=int(index or 0),
                                 compute_type=compute_type, **threads)  # fmt: skip
     # CTranslate2 sets the calling thread's OpenMP thread count to intra_threads, which is
     # torch's too: without this, torch ran on one thread for the rest of the process.
     torch.set_num_threads(torch_threads)
-    return translator
+    return model
 
 
 def _cores() -> int:

@@ -11,7 +11,7 @@ import math
 import typing
 from dataclasses import fields
 
-from .errors import BadValue
+from ..errors import BadValue
 
 _MISMATCH = object()
 

@@ -2,7 +2,7 @@
 
 Precedence, lowest first: the dataclass defaults, the ``model.preset``, the YAML file, the
 overrides (the command line's ``--section.key value``), saved JSON; ``build_config`` checks the
-result and moves the keys of earlier versions (``LEGACY_KEYS``) to where they are now.
+result: an unknown section or key is an error that names it.
 """
 
 from __future__ import annotations
@@ -13,36 +13,17 @@ from pathlib import Path
 
 import yaml
 
-from .config import SECTIONS, ModelConfig, RunConfig
-from .errors import BadValue, UserError
+from ..errors import BadValue, UserError
+from .model import ModelConfig
+from .run import SECTIONS, RunConfig
 
 DEFAULT_PRESET = "base"
-
-
-# Keys of earlier versions, found in saved configs: (section, key) -> (section, key, new value).
-LEGACY_KEYS = {
-    ("train", "bf16"): lambda v: ("runtime", "precision", "bf16" if v is True else "fp32"),
-    ("train", "threads"): lambda v: ("runtime", "threads", v),
-}
-
-
-def _upgraded(values: dict) -> dict:
-    """``values`` with the keys of earlier versions moved to where they are now."""
-    out = {
-        section: dict(body) if isinstance(body, dict) else body for section, body in values.items()
-    }
-    for (section, key), move in LEGACY_KEYS.items():
-        body = out.get(section)
-        if isinstance(body, dict) and key in body:
-            new_section, new_key, value = move(body.pop(key))
-            out.setdefault(new_section, {}).setdefault(new_key, value)
-    return out
 
 
 def _section_values(values: dict, origin: str) -> dict[str, dict[str, object]]:
     """{section: {key: value}} checked against the dataclasses' fields (``model.preset`` too)."""
     sections: dict[str, dict[str, object]] = {name: {} for name in SECTIONS}
-    for section, body in _upgraded(values or {}).items():
+    for section, body in (values or {}).items():
         if section not in SECTIONS:
             raise BadValue(f"{origin}: unknown config section {section!r}; use {list(SECTIONS)}")
         if not isinstance(body, dict):
@@ -84,7 +65,7 @@ def merge(values: dict, overrides: dict) -> dict:
     return merged
 
 
-CONFIGS_DIR = Path(__file__).parent / "configs"  # the built-in configs (package data)
+CONFIGS_DIR = Path(__file__).parent / "builtin"  # the built-in configs (package data)
 
 
 def builtin_configs() -> list[str]:

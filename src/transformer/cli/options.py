@@ -3,7 +3,7 @@
 jsonargparse reads the config dataclasses, their types and the docstring under each field, so
 every key is an option with its type, default and help. ``normalize`` maps the other spellings
 onto that one scheme: a key unique across sections without its section (``--max_steps``), ``-``
-for ``_``, a true/false key alone meaning true, and the spellings of earlier versions.
+for ``_``, and a true/false key alone meaning true.
 """
 
 from __future__ import annotations
@@ -15,24 +15,22 @@ from dataclasses import fields
 
 from jsonargparse import ArgumentParser
 
-from .config import COMMAND_SECTIONS
-from .errors import UserError
+from ..config import SECTIONS, RuntimeConfig
+from ..errors import UserError
+from ..serve.config import ServeConfig
 
+# Every section a command can take: the run's, and the service's (never saved with a run).
+COMMAND_SECTIONS = {**SECTIONS, "serve": ServeConfig}
 BOOL_KEYS = {
     f"{s}.{f.name}" for s, cls in COMMAND_SECTIONS.items() for f in fields(cls) if f.type == "bool"
 }
 FLAT_KEYS = {f.name: f"{s}.{f.name}" for s, cls in COMMAND_SECTIONS.items() for f in fields(cls)}
 FLAT_KEYS["preset"] = "model.preset"
-# Spellings of earlier versions: old option -> new option.
-RENAMED = {"beam": "decode.beam_size", "pre_norm": "model.norm_first",
-           "src_vocab": "model.src_vocab_size", "tgt_vocab": "model.tgt_vocab_size"}  # fmt: skip
-# Spellings that meant something else on some commands: an error names the new option.
-MOVED = {"max_tokens": "decode.max_source_tokens"}
 
 
 def normalize(argv: list[str], sections: tuple[str, ...]) -> list[str]:
-    """Old and short spellings of options, in the one scheme the parser knows; ``sections``
-    are the config sections the command takes."""
+    """Short spellings of options, in the one scheme the parser knows; ``sections`` are the
+    config sections the command takes."""
     out: list[str] = []
     args = list(argv)
     while args:
@@ -43,20 +41,6 @@ def normalize(argv: list[str], sections: tuple[str, ...]) -> list[str]:
         key, eq, value = arg[2:].partition("=")
         key = key.replace("-", "_")
         alone = not eq and (not args or args[0].startswith("--"))
-        if key in MOVED and "train" not in sections:
-            raise UserError(f"{arg.split('=')[0]} is now --{MOVED[key]}")
-        if key in ("bf16", "train.bf16"):  # a true/false flag of earlier versions
-            value = (value if eq else "true" if alone else args.pop(0)).lower()
-            if value not in ("true", "false"):
-                raise UserError(f"--bf16 must be true or false, got {value!r} "
-                                "(it is now --runtime.precision bf16)")  # fmt: skip
-            key, eq, alone, value = (
-                "runtime.precision",
-                "=",
-                False,
-                {"true": "bf16"}.get(value, "fp32"),
-            )
-        key = RENAMED.get(key, key)
         key = FLAT_KEYS.get(key, key) if "." not in key else key
         if key.partition(".")[0] not in sections and key != "model.preset":
             out.append(arg)  # a command option (--out, --no-color, ...), or a mistake
@@ -103,3 +87,21 @@ def one_line(message: str, parser: ArgumentParser) -> str:
         suggestion = by_name.get(close[0], close[0]) if close else None
         text = f"unknown option {unknown}" + (f"; did you mean {suggestion}?" if close else "")
     return f"{text} (see --help)"
+
+
+# ------------------------------------------------------- options several commands share
+def runtime_of(given: dict[str, dict]) -> RuntimeConfig:
+    """The runtime options given on the command line (not those a checkpoint was trained with)."""
+    return RuntimeConfig(**given.get("runtime", {}))
+
+
+def model_options(p: ArgumentParser) -> None:
+    p.add_argument("model_dir", help="model directory (or one of its checkpoint folders)")
+    p.add_argument("--checkpoint", default="best", choices=["best", "last"],
+                   help="which checkpoint of a model directory")  # fmt: skip
+
+
+def engine_options(p: ArgumentParser) -> None:
+    p.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"],
+                   help="torch: our decoder; ctranslate2: CTranslate2 on an exported model (a "
+                   "model directory is converted on the fly); pip install '.[ct2]'")  # fmt: skip

@@ -1,0 +1,92 @@
+"""The command table: each subcommand's help, the config sections it takes, its options, its run.
+
+Each run parses nothing itself and makes one call into the library (training.py: info, train,
+demo, average; translating.py: translate, evaluate, attention, serve, export, explain).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from jsonargparse import ArgumentParser
+
+from ..config import SECTIONS
+from .training import (
+    _average,
+    _average_options,
+    _demo,
+    _demo_options,
+    _info,
+    _info_options,
+    _train,
+    _train_options,
+)
+from .translating import (
+    _attention,
+    _attention_options,
+    _evaluate,
+    _evaluate_options,
+    _explain,
+    _explain_options,
+    _export,
+    _export_options,
+    _serve,
+    _serve_options,
+    _translate,
+    _translate_options,
+)
+
+
+@dataclass
+class Command:
+    """One subcommand: its help line, the config sections it takes, its own options, its run."""
+
+    help: str
+    sections: tuple[str, ...]
+    options: Callable[[ArgumentParser], None]
+    run: Callable[[argparse.Namespace, dict[str, dict]], None]
+    description: str = ""
+
+
+COMMANDS = {
+    "info": Command("parameter counts per part of a model", ("model",), _info_options, _info),
+    "train": Command("train a model on parallel text", tuple(SECTIONS), _train_options, _train,
+                     "Trains from a YAML config (--config), files (--data.src, --data.tgt) or a "
+                     "named corpus (--data.corpus). Precedence: defaults < preset < --config < "
+                     "options; on --resume the saved config replaces --config."),
+    "demo": Command("train the built-in number-words model and translate its test set",
+                    ("runtime",),
+                    _demo_options, _demo),
+    "translate": Command("translate sentences (stdin, a file, or interactively)",
+                         ("decode", "runtime"),
+                         _translate_options, _translate,
+                         "One sentence per line. Empty lines stay empty; a line longer than the "
+                         "model accepts is truncated with a warning on stderr. Search options "
+                         "default to the model's decode config."),
+    "evaluate": Command("translate a test set and score it with sacreBLEU", ("decode", "runtime"),
+                        _evaluate_options, _evaluate),
+    "serve": Command("serve translations over HTTP, with a web page",
+                     ("serve", "decode", "runtime"), _serve_options, _serve,
+                     "Serves MODEL_DIR on http://127.0.0.1:8000 (--host, --port): POST /translate, "
+                     "POST /attention, GET /info, GET /health, the OpenAPI schema at "
+                     "/openapi.json and a web page at /. Another address than loopback needs an "
+                     "API key (--api-key or $TRANSFORMER_API_KEY). Concurrent requests are "
+                     "decoded together; --decode.* sets the default search. SIGTERM or Ctrl-C "
+                     "finishes the requests in flight, then exits 0."),
+    "export": Command("export a model for deployment (CTranslate2, optionally int8)", (),
+                      _export_options, _export,
+                      "Writes the checkpoint as a CTranslate2 model into OUT, with its "
+                      "SentencePiece models: transformer export MODEL_DIR --to ctranslate2 OUT "
+                      "[--quantization int8]. OUT must be new, empty or an earlier export."),
+    "average": Command("average the last N checkpoints into one", (), _average_options, _average),
+    "explain": Command("the lecture notes' worked examples, step by step", (), _explain_options,
+                       _explain),
+    "attention": Command("heatmaps of every attention layer and head for one sentence",
+                         ("decode", "runtime"), _attention_options, _attention,
+                         "Translates SENTENCE and draws the encoder self-attention, decoder masked "
+                         "self-attention and encoder-decoder attention of every layer and head "
+                         "(rows: queries, columns: keys), head-averaged alignments and "
+                         "positional-encoding plots."),
+}  # fmt: skip

@@ -1,0 +1,186 @@
+"""Translate and evaluate as jobs on files: what those commands do.
+
+A job runs an ``Engine`` (inference/engine.py) over files or standard input and output, and
+reads and writes them the safe way: an output that is also an input is refused before anything
+is read, and outputs appear complete or not at all (``files.atomic_write``). Input lines are
+translated in chunks (bounded memory) and stay aligned with the output lines; n-best lists come
+out Moses-style.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from ..data.corpora import load_splits
+from ..data.readers import read_lines, read_parallel
+from ..errors import UserError
+from ..files import atomic_write, check_not_an_input
+from ..inference.engine import Engine
+from ..inference.evaluate import ExactMatch, Score, exact_match, score_translations
+from ..inference.translate import Translation, TranslationResult
+
+
+def translate_file(
+    engine: Engine,
+    input: str | None,
+    output: str | None,
+    stdin: IO[bytes],
+    stdout: IO[str],
+    warn: Callable[[str], None],
+) -> int:
+    """Translates ``input`` (or standard input; interactively on a terminal) into ``output``
+    (or standard output), line by line; returns the number of lines."""
+    interactive = input is None and stdin.isatty()
+    if input is not None:
+        lines: Iterable[str] = read_lines(input)
+    elif interactive:
+        print("Type a sentence and press Enter (Ctrl-D to quit).", file=sys.stderr)
+        lines = _prompted_lines()
+    else:
+        lines = _stdin_lines(stdin)
+    chunk = 1 if interactive else 2000
+    nbest = engine.decode.nbest
+    if output is None:
+        write = _printer(stdout, interactive)
+        return translate_lines(engine.translate, lines, nbest, write, warn, chunk)
+    with atomic_write(output) as out:  # the file appears complete, at the end
+        return translate_lines(engine.translate, lines, nbest, _printer(out, False), warn, chunk)
+
+
+def format_nbest(index: int, options: list[Translation]) -> list[str]:
+    """Moses-style n-best lines: ``sentence index ||| translation ||| score``."""
+    return [f"{index} ||| {t.text} ||| {t.score:.4f}" for t in options]
+
+
+def translate_lines(
+    translate: Callable[[list[str]], TranslationResult],
+    lines: Iterable[str],
+    nbest: int,
+    write: Callable[[str], None],
+    warn: Callable[[str], None],
+    chunk: int = 2000,
+) -> int:
+    """Translates a stream of lines in chunks (bounded memory), keeping line alignment.
+
+    Args:
+        translate: an engine's sentences -> TranslationResult (``translate`` above, bound to a
+            model, or another engine's).
+        nbest: lines written per input line; > 1 writes Moses-style n-best lines.
+    Each input line gives one output line (``nbest`` lines with ``nbest`` > 1); an empty line
+    gives an empty line. Returns the number of input lines.
+    """
+    done = 0
+    buffer: list[str] = []
+
+    def flush() -> None:
+        result = translate(buffer)
+        for i in result.truncated:
+            warn(f"line {done + i + 1}: longer than the model accepts; translated its beginning")
+        for i, options in enumerate(result.nbest):
+            if nbest > 1:
+                for line in format_nbest(done + i, options[:nbest]):
+                    write(line)
+            else:
+                write(options[0].text)
+
+    for line in lines:
+        buffer.append(line.rstrip("\n"))
+        if len(buffer) == chunk:
+            flush()
+            done, buffer = done + len(buffer), []
+    if buffer:
+        flush()
+        done += len(buffer)
+    return done
+
+
+def check_outputs(output: str | None, **inputs: str | None) -> None:
+    """Refuses an output that is one of the inputs (before anything is loaded or read)."""
+    if output is not None:
+        check_not_an_input(output, {f"--{k}": v for k, v in inputs.items()}, "--output")
+
+
+def _printer(stream: IO[str], flush: bool) -> Callable[[str], None]:
+    def write(line: str) -> None:
+        print(line, file=stream, flush=flush)
+
+    return write
+
+
+def _prompted_lines() -> Iterator[str]:
+    while True:
+        try:
+            yield input("> ")
+        except EOFError:
+            return
+
+
+def _stdin_lines(stdin: IO[bytes]) -> Iterator[str]:
+    """Lines of standard input, decoded strictly as UTF-8 (errors name the line)."""
+    for number, raw in enumerate(stdin, 1):
+        try:
+            yield raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as error:
+            raise UserError(
+                f"<stdin>: line {number} is not valid UTF-8 (byte {raw[error.start]:#04x} at "
+                f"position {error.start + 1} of the line)"
+            ) from None
+
+
+@dataclass
+class Evaluation:
+    """What ``evaluate`` found."""
+
+    scores: list[Score]  # BLEU, chrF (and lowercased BLEU)
+    exact: list[ExactMatch] | None  # per class, for a corpus that has classes
+    note: str  # what the test split is (e.g. which classes are also trained on)
+    hypotheses: Path
+    truncated: int  # source lines cut to fit the model
+
+    def lines(self) -> list[str]:
+        out = [str(score) for score in self.scores]
+        if self.exact is not None:
+            out.append(f"by class ({self.note}):" if self.note else "by class:")
+            out += [f"  {row}" for row in self.exact]
+        return [*out, f"hypotheses: {self.hypotheses}"]
+
+
+def evaluate(
+    engine: Engine,
+    src: str | None,
+    ref: str | None,
+    output: str | None,
+    lowercase: bool,
+    default_dir: Path,
+) -> Evaluation:
+    """Translates a test set (files, or the run's own test split) and scores it.
+
+    Args:
+        src, ref: line-aligned files, or both None for the run's test split.
+        output: where the hypotheses go (default: ``default_dir/NAME.hyp``).
+        lowercase: also report lowercased BLEU.
+    """
+    if (src is None) != (ref is None):
+        raise UserError("give both --src and --ref, or neither (to use the run's test split)")
+    groups, note = None, ""
+    if src is not None and ref is not None:
+        pairs, name = read_parallel(src, ref), Path(src).name
+        if not pairs:
+            raise UserError(f"nothing to evaluate: {src} and {ref} are empty")
+    else:
+        splits, name = load_splits(engine.config.data), "test"
+        pairs, groups, note = splits.test, splits.test_groups, splits.test_note
+        if not pairs:
+            raise UserError("the run's corpus has no test split; pass --src and --ref")
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    result = engine.translate(sources)
+    hypotheses = Path(output) if output else default_dir / f"{name}.hyp"
+    with atomic_write(hypotheses) as f:
+        f.write("".join(h + "\n" for h in result.best))
+    scores = score_translations(result.best, references, lowercase=lowercase)
+    exact = exact_match(result.best, references, groups) if groups is not None else None
+    return Evaluation(scores, exact, note, hypotheses, len(result.truncated))

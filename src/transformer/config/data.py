@@ -1,0 +1,80 @@
+"""Where the parallel text comes from and how it becomes token ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import BadValue
+from .checks import check_finite, check_positive, check_probability, check_types
+
+TOKENIZER_KINDS = ("bpe", "unigram")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the parallel text comes from and how it becomes token ids.
+
+    Either a named ``corpus`` or files: ``src``/``tgt`` line-aligned text (plain or .gz), or a
+    TSV of pairs in ``src`` alone (``english<TAB>other[<TAB>attribution]``, also inside a .zip).
+    """
+
+    corpus: str | None = "numbers"
+    """A named corpus (data/corpora.py), or None for files."""
+    src_lang: str = "en"
+    """Source language code (a named corpus uses it to pick its files)."""
+    tgt_lang: str = "fr"
+    """Target language code."""
+    data_dir: str | None = None
+    """Local folder holding a named corpus (else it is downloaded)."""
+    src: str | None = None
+    """Training source file, or a TSV/zip of pairs."""
+    tgt: str | None = None
+    """Training target file (omit for TSV)."""
+    valid_src: str | None = None
+    """Validation source file (else valid_fraction of the training pairs)."""
+    valid_tgt: str | None = None
+    """Validation target file, line-aligned with valid_src."""
+    valid_fraction: float = 0.02
+    """Held out with split_seed when no validation files are given."""
+    test_fraction: float = 0.02
+    """Likewise for a test split (multi30k and numbers bring their own)."""
+    split_seed: int = 1234
+    """Seed of the train / valid / test split."""
+    max_len: int = 128
+    """Tokens per side; longer training pairs are filtered and counted."""
+    tokenizer: str = "bpe"
+    """SentencePiece model type: "bpe" or "unigram"."""
+    vocab_size: int = 8000
+    """Per vocabulary (joint: for both languages)."""
+    tokenizer_sample: int = 1_000_000
+    """Pairs SentencePiece trains on at most, drawn at random (split_seed) from the training
+    pairs: memory stays bounded however large the corpus."""
+    joint_vocab: bool = True
+    """One SentencePiece model for both languages."""
+    character_coverage: float = 1.0
+    """Share of characters SentencePiece must cover, in (0, 1]."""
+    verify_checksums: bool = True
+    """Refuse a downloaded corpus file whose SHA-256 has changed."""
+    numbers_max: int = 999_999
+    """Numbers corpus: numbers are drawn from 0..numbers_max."""
+    numbers_train: int = 100_000
+    """Numbers corpus: sizes of the disjoint splits."""
+    numbers_valid: int = 1_000
+    """Numbers corpus: size of the validation split."""
+    numbers_test: int = 1_000
+    """Numbers corpus: size of the test split."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        check_finite(self)
+        if self.tokenizer not in TOKENIZER_KINDS:
+            raise BadValue(
+                f"DataConfig.tokenizer must be one of {TOKENIZER_KINDS}, got {self.tokenizer!r}"
+            )
+        check_positive(self, "max_len", "vocab_size", "tokenizer_sample", "numbers_max",
+                       "numbers_train")  # fmt: skip
+        check_probability(self, "valid_fraction", "test_fraction")
+        if not 0.0 < self.character_coverage <= 1.0:
+            raise BadValue(
+                f"DataConfig.character_coverage must be in (0, 1], got {self.character_coverage!r}"
+            )

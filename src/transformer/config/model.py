@@ -1,0 +1,111 @@
+"""The model's sizes and switches (Vaswani et al. 2017, Table 3), and the named presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..errors import BadValue
+from .checks import check_finite, check_positive, check_probability, check_types
+
+POSITIONAL_KINDS = ("sinusoidal", "learned")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes and switches of the encoder-decoder Transformer (Vaswani et al. 2017, Table 3).
+
+    ``d_model`` is the width of every token vector, split into ``n_heads`` heads of
+    ``d_model // n_heads``; ``d_ff`` is the inner width of the position-wise feed-forward network.
+    """
+
+    src_vocab_size: int = 32000
+    """Source vocabulary size (filled in from the tokenizer when training)."""
+    tgt_vocab_size: int = 32000
+    """Target vocabulary size (filled in from the tokenizer when training)."""
+    d_model: int = 512
+    """Width of every token vector (the paper's d_model)."""
+    n_heads: int = 8
+    """Attention heads h; each has width d_model / h."""
+    d_ff: int = 2048
+    """Inner width of the position-wise feed-forward network."""
+    n_encoder_layers: int = 6
+    """Encoder layers N."""
+    n_decoder_layers: int = 6
+    """Decoder layers N."""
+    dropout: float = 0.1
+    """On embeddings + positions and on every sublayer output (§5.4)."""
+    attention_dropout: float = 0.0
+    """On the attention weights."""
+    activation_dropout: float = 0.0
+    """Inside the feed-forward network, after the ReLU."""
+    max_positions: int = 1024
+    """Longest sequence the positional encoding accepts."""
+    positional: str = "sinusoidal"
+    """"sinusoidal" (§3.5) or "learned" embeddings."""
+    norm_first: bool = False
+    """False: post-norm as in the paper; True: pre-norm."""
+    layer_norm_eps: float = 1e-5
+    """The ε of layer normalisation."""
+    share_embeddings: bool = False
+    """One embedding table for source and target (needs one vocab)."""
+    tie_output: bool = True
+    """Output projection reuses the target embedding matrix (§3.4)."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        check_finite(self)
+        check_positive(
+            self,
+            "src_vocab_size",
+            "tgt_vocab_size",
+            "d_model",
+            "n_heads",
+            "d_ff",
+            "n_encoder_layers",
+            "n_decoder_layers",
+            "max_positions",
+        )
+        if self.d_model % self.n_heads:
+            raise BadValue(
+                f"ModelConfig.d_model ({self.d_model}) must be divisible by "
+                f"ModelConfig.n_heads ({self.n_heads})"
+            )
+        check_probability(self, "dropout", "attention_dropout", "activation_dropout")
+        if self.positional not in POSITIONAL_KINDS:
+            raise BadValue(
+                f"ModelConfig.positional must be one of {POSITIONAL_KINDS}, got {self.positional!r}"
+            )
+        if self.layer_norm_eps <= 0:
+            raise BadValue(f"ModelConfig.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise BadValue(
+                "ModelConfig.share_embeddings needs src_vocab_size == tgt_vocab_size, got "
+                f"{self.src_vocab_size} and {self.tgt_vocab_size}"
+            )
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides: object) -> ModelConfig:
+        """A named preset (``tiny``, ``small``, ``base``, ``big``) with fields overridden."""
+        if name not in MODEL_PRESETS:
+            raise BadValue(f"unknown model preset {name!r}; choose from {sorted(MODEL_PRESETS)}")
+        return replace(MODEL_PRESETS[name], **overrides)
+
+
+MODEL_PRESETS: dict[str, ModelConfig] = {
+    # For tests: a few thousand parameters, milliseconds per step.
+    "tiny": ModelConfig(
+        d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2, max_positions=256
+    ),
+    # For CPU work (the demo and Multi30k on two cores).
+    "small": ModelConfig(
+        d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3, max_positions=512
+    ),
+    # The paper's base model (Table 3, row "base").
+    "base": ModelConfig(),
+    # The paper's big model (Table 3, row "big"): dropout 0.3 as used for EN-DE.
+    "big": ModelConfig(d_model=1024, n_heads=16, d_ff=4096, dropout=0.3),
+}

@@ -1,0 +1,46 @@
+"""Where and how the computation runs: device, precision, compile, threads."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import BadValue
+from .checks import check_finite, check_types
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Where and how the computation runs (device.py). Not part of the model: a run may change
+    it when resumed, and translate / evaluate take it from the command line, not the checkpoint."""
+
+    device: str = "auto"
+    """auto (CUDA when there is a GPU, else the CPU), cpu, cuda or cuda:N."""
+    precision: str = "fp32"
+    """fp32, bf16 (autocast) or fp16 (autocast and a GradScaler)."""
+    compile: bool = False
+    """torch.compile the model for training."""
+    threads: int = 0
+    """Torch intra-op threads on the CPU; 0: torch's default."""
+    timeout_minutes: float = 30.0
+    """Under torchrun: how long a process waits for the others before the job fails."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        check_finite(self)
+        if self.timeout_minutes <= 0:
+            raise BadValue(
+                f"RuntimeConfig.timeout_minutes must be > 0, got {self.timeout_minutes!r}"
+            )
+        if self.precision not in PRECISIONS:
+            raise BadValue(
+                f"RuntimeConfig.precision must be one of {PRECISIONS}, got {self.precision!r}"
+            )
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            raise BadValue(
+                f"RuntimeConfig.device must be auto, cpu, cuda or cuda:N, got {self.device!r}"
+            )
+        if self.threads < 0:
+            raise BadValue(f"RuntimeConfig.threads must be >= 0, got {self.threads!r}")

@@ -1,0 +1,119 @@
+"""The engines that translate: ours (``TorchEngine``: the torch model and our search) and
+CTranslate2's (``CTranslate2Engine``, ctranslate2.py), behind one interface, ``Engine``.
+
+An engine is a model ready to translate: its tokenizers, its default search (the model's saved
+decode config with any options on top), and ``translate(sentences, decode) ->
+TranslationResult``. ``load_engine`` loads either from a model directory (or one of its
+checkpoint folders, or an exported model for CTranslate2). Both go through ``translate_with``,
+so empty lines, truncation and line alignment are the same whichever runs.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ..config import DecodeConfig, RunConfig, RuntimeConfig
+from ..data.tokenizer import Tokenizers
+from ..device import autocast, prepare_runtime
+from ..errors import UserError
+from ..model.transformer import Transformer
+from ..model_dir import load_checkpoint, model_dir_of
+from .translate import TranslationResult, translate
+
+
+@dataclass
+class TorchEngine:
+    """A model ready to translate: weights (on their device), tokenizers, the search to use."""
+
+    model: Transformer
+    tokenizers: Tokenizers
+    decode: DecodeConfig
+    config: RunConfig  # saved with the checkpoint
+    path: Path  # the checkpoint folder
+    runtime: RuntimeConfig = RuntimeConfig()
+    name = "torch"
+
+    def precision(self) -> AbstractContextManager:
+        """The runtime's precision (autocast) around a search."""
+        return autocast(next(self.model.parameters()).device, self.runtime.precision)
+
+    @property
+    def device(self) -> str:
+        return str(next(self.model.parameters()).device)
+
+    @property
+    def parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def translate(
+        self, sentences: list[str], decode: DecodeConfig | None = None
+    ) -> TranslationResult:
+        """Translates with the torch model, in the runtime's precision, with ``decode`` (default:
+        this engine's own search)."""
+        with self.precision():
+            return translate(self.model, self.tokenizers, sentences, decode or self.decode)
+
+
+class Engine(Protocol):
+    """What translate, evaluate and serve need of a model: a ``TorchEngine`` or a
+    ``CTranslate2Engine`` (ctranslate2.py)."""
+
+    name: str  # "torch" or "ctranslate2"
+    tokenizers: Tokenizers
+    decode: DecodeConfig  # the default search
+    config: RunConfig  # the run's config (data, model, decode)
+    path: Path  # the checkpoint folder or the exported model
+
+    @property
+    def device(self) -> str: ...  # "cpu", "cuda:0", ...
+
+    @property
+    def parameters(self) -> int: ...  # the model's parameter count
+
+    def translate(
+        self, sentences: list[str], decode: DecodeConfig | None = None
+    ) -> TranslationResult: ...
+
+
+ENGINES = ("torch", "ctranslate2")
+
+
+def load_torch_engine(
+    model_dir: str | Path,
+    checkpoint: str = "best",
+    runtime: RuntimeConfig = RuntimeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
+    **search: object,
+) -> TorchEngine:
+    """A model directory (or checkpoint folder) on the runtime's device (not the one it was
+    trained on), with ``search`` options (DecodeConfig fields) on top of its saved decode
+    config; an ``nbest`` larger than the beam widens it."""
+    device = prepare_runtime(runtime)
+    loaded = load_checkpoint(Path(model_dir), checkpoint, device)
+    decode = loaded.config.decode.with_search(**search)
+    tokenizers = Tokenizers.load(model_dir_of(loaded.path))
+    return TorchEngine(loaded.model, tokenizers, decode, loaded.config, loaded.path, runtime)
+
+
+def load_engine(
+    model_dir: str | Path,
+    engine: str = "torch",
+    checkpoint: str = "best",
+    runtime: RuntimeConfig = RuntimeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
+    **search: object,
+) -> Engine:
+    """The engine that translates: ``torch`` (``load_torch_engine``) or ``ctranslate2``, which
+    loads an exported model or converts a model directory on the fly (``ctranslate2.py``)."""
+    from ..export.folder import is_export
+
+    if engine == "ctranslate2":
+        from .ctranslate2 import load_ctranslate2
+
+        return load_ctranslate2(model_dir, checkpoint, runtime, **search)
+    if engine != "torch":
+        raise UserError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    if is_export(Path(model_dir)):
+        raise UserError(f"{model_dir} is a CTranslate2 export; use it with --engine ctranslate2")
+    return load_torch_engine(model_dir, checkpoint, runtime, **search)

@@ -1,0 +1,81 @@
+"""``transformer attention``: one sentence through the model, every attention map drawn.
+
+``inspect_sentence`` translates a sentence and re-runs the model on (source, <s> +
+translation) to collect the attention weights of every layer and head; ``attention_job`` draws
+them (and the positional-encoding plots) into a folder, with an optional HTML report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from ..config import DecodeConfig
+from ..data.batching import encode_source
+from ..data.tokenizer import Tokenizers
+from ..errors import UserError
+from ..inference.engine import TorchEngine
+from ..inference.translate import translate
+from ..model.transformer import AttentionMaps, Transformer
+from ..vocab import BOS_ID
+from .report import write_html_report
+from .visualize import save_positional_plots, write_attention_figures
+
+
+@dataclass
+class Inspection:
+    """One sentence, its translation, and every attention weight of the forward pass."""
+
+    source: str
+    translation: str
+    maps: AttentionMaps
+    src_labels: list[str]  # source pieces + </s>
+    tgt_labels: list[str]  # decoder input: <s> + translation pieces
+
+
+def inspect_sentence(
+    model: Transformer, tokenizers: Tokenizers, sentence: str, decode: DecodeConfig
+) -> Inspection:
+    """Translates ``sentence`` and re-runs the model on (source, <s> + translation) to collect
+    the attention weights of every layer and head."""
+    if not sentence.strip():
+        raise UserError("the sentence to inspect is empty")
+    best = translate(model, tokenizers, [sentence], replace(decode, nbest=1)).nbest[0][0]
+    src_ids = encode_source(tokenizers.src.encode(sentence))[: model.config.max_positions]
+    tgt_ids = [BOS_ID, *best.tokens]
+    device = next(model.parameters()).device  # the ids go where the weights are (a GPU too)
+    src, tgt = torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device)
+    maps = model.attention_maps(src, tgt)  # (1, S), (1, T)
+    src_labels = [tokenizers.src.id_to_piece(i) for i in src_ids]
+    tgt_labels = [tokenizers.tgt.id_to_piece(i) for i in tgt_ids]
+    return Inspection(sentence, best.text, maps, src_labels, tgt_labels)
+
+
+def attention_job(
+    engine: TorchEngine,
+    sentence: str,
+    out: Path,
+    layer: int | None,
+    head: int | None,
+    html_report: bool,
+) -> list[str]:
+    """What ``transformer attention`` does: translate ``sentence``, draw every attention map
+    (or one layer / head) and the positional-encoding plots into ``out``, and optionally the
+    HTML report. Returns the lines to show."""
+    model = engine.model
+    with engine.precision():
+        seen = inspect_sentence(model, engine.tokenizers, sentence, engine.decode)
+    files = write_attention_figures(seen.maps, seen.src_labels, seen.tgt_labels, out, layer, head)
+    files += save_positional_plots(model.config.d_model, min(model.config.max_positions, 100), out)
+    lines = [f"source:      {seen.source}", f"translation: {seen.translation}",
+             f"wrote {len(files)} figures (PNG and SVG) to {out}"]  # fmt: skip
+    if html_report:
+        numbers = {"checkpoint": str(engine.path)}
+        report = write_html_report(
+            out / "report.html", seen.source, seen.translation, seen.maps,
+            seen.src_labels, seen.tgt_labels, numbers,
+        )  # fmt: skip
+        lines.append(f"HTML report: {report}")
+    return lines

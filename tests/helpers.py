@@ -1,0 +1,214 @@
+"""What many test files need: the command line in-process and as a child process, a tiny random
+model, a tiny number-words run's options, a checkpoint's weights,
+
+a stub model whose next-token distributions are set by hand (so a search's best answer is known
+by construction), and where the shared data is.
+
+Import from here (``from helpers import cli, tiny_model``); ``conftest.py`` holds the fixtures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch import Tensor, nn
+
+from transformer.cli import main
+from transformer.config import ModelConfig
+from transformer.inference.translate import translate
+from transformer.model import Transformer
+from transformer.model.masks import padding_mask
+from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
+
+# ../shared/data next to the checkout: Multi30k and the Tatoeba zips (never committed). Tests
+# that need them skip, saying so, when the folder is missing.
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+# A tiny en->fr number-words run: a few thousand parameters, seconds per run on a CPU.
+TINY_NUMBERS = [
+    "--preset", "tiny", "--corpus", "numbers", "--numbers_max", "999", "--numbers_train", "400",
+    "--numbers_valid", "20", "--numbers_test", "30", "--vocab_size", "80", "--max_tokens", "800",
+    "--warmup_steps", "10", "--max_positions", "48",
+]  # fmt: skip
+
+
+def cli(
+    args: list[str], capsys, stdin: str | None = None, monkeypatch=None
+) -> tuple[int, str, str]:
+    """``transformer ARGS`` in this process: (exit code, stdout, stderr). ``stdin`` needs
+    ``monkeypatch`` to replace standard input."""
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: list[str]  # lines
+
+
+def cli_process(*args: str, stdin: str | bytes | None = None, script: str | None = None,
+                timeout: float = 300) -> Result:  # fmt: skip
+    """``python -m transformer ARGS`` in a child process, as a user runs it (``script``: Python
+    code run with ``-c`` instead of ``-m transformer``)."""
+    command = [sys.executable, "-c", script, *args] if script else [
+        sys.executable, "-m", "transformer", *args
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("TRANSFORMER_DEBUG", None)
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    done = subprocess.run(command, input=data, capture_output=True, env=env, timeout=timeout)
+    stderr = done.stderr.decode(errors="replace").splitlines()
+    return Result(done.returncode, done.stdout.decode(errors="replace"), stderr)
+
+
+def one_line_error(result: Result, code: int, *needles: str) -> str:
+    """Asserts the exit code and a single stderr line, with no traceback, holding ``needles``."""
+    assert result.code == code, (result.code, result.stderr)
+    assert len(result.stderr) == 1, result.stderr
+    line = result.stderr[0]
+    assert "Traceback" not in line
+    for needle in needles:
+        assert needle in line, (needle, line)
+    return line
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``folder`` (the flock file ``.lock`` aside: it is ours)."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+def tiny_model(src_vocab: int = 40, tgt_vocab: int = 30, **overrides) -> Transformer:
+    """A random ``tiny`` Transformer (seed 0, eval mode) with the given vocabulary sizes."""
+    torch.manual_seed(0)
+    config = ModelConfig.preset(
+        "tiny", src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, **overrides
+    )
+    return Transformer(config).eval()
+
+
+def padded(sentences: list[list[int]]) -> Tensor:
+    """Source id lists as one right-padded (B, S) batch."""
+    width = max(len(s) for s in sentences)
+    return torch.tensor([s + [PAD_ID] * (width - len(s)) for s in sentences])
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a checkpoint folder's ``model.safetensors``."""
+    return load_file(str(Path(folder) / "model.safetensors"))
+
+
+# --- a stub model with hand-set distributions -----------------------------------------------
+A, B, C, D, X, Y, Z = 4, 5, 6, 7, 8, 9, 10  # target tokens of the stub (vocabulary 12)
+
+
+class StubCache:
+    """Remembers each row's prefix, as a DecoderCache remembers keys and values."""
+
+    def __init__(self) -> None:
+        self.prefix: Tensor | None = None
+
+    def reorder(self, index: Tensor) -> None:
+        assert self.prefix is not None
+        self.prefix = self.prefix.index_select(0, index)
+
+    keep = reorder
+
+
+class Stub(nn.Module):
+    """P(next | prefix) = table[prefix without BOS], else ``default``, whatever the source."""
+
+    def __init__(self, table: dict[tuple, dict[int, float]], default=None) -> None:
+        super().__init__()
+        self.table, self.default = table, default or {EOS_ID: 1.0}
+        self.rows_seen: list[int] = []  # batch rows of every decode call
+
+    def encode(self, src_ids: Tensor) -> tuple[Tensor, Tensor]:
+        return src_ids[:, :, None].float(), padding_mask(src_ids)
+
+    def new_cache(self) -> StubCache:
+        return StubCache()
+
+    def decode(self, tgt_ids, memory, src_mask, cache=None) -> Tensor:
+        assert memory.size(0) == tgt_ids.size(0) == src_mask.size(0)
+        self.rows_seen.append(tgt_ids.size(0))
+        new = tgt_ids.size(1)
+        if cache is not None:
+            assert new == 1, "incremental decoding feeds one new token"
+            prev = cache.prefix
+            cache.prefix = tgt_ids if prev is None else torch.cat([prev, tgt_ids], dim=1)
+            tgt_ids = cache.prefix
+        assert (tgt_ids[:, 0] == BOS_ID).all()
+        logits = [
+            [self._logits(tuple(ids[1 : t + 1])) for t in range(len(ids))]
+            for ids in tgt_ids.tolist()
+        ]
+        return torch.tensor(logits)[:, -new:]  # (B, new, 12)
+
+    def _logits(self, prefix: tuple) -> list[float]:
+        probs = torch.zeros(12)
+        for token, p in self.table.get(prefix, self.default).items():
+            probs[token] = p
+        return probs.log().tolist()
+
+    def log_probs(self, logits: Tensor) -> Tensor:
+        return torch.log_softmax(logits, dim=-1)
+
+
+# --- the HTTP service -----------------------------------------------------------------------
+@contextmanager
+def client_for(engine, **limits):
+    """A FastAPI TestClient of the service on ``engine`` with ``limits`` (ServeConfig fields)."""
+    from fastapi.testclient import TestClient
+
+    from transformer.serve import create_app
+    from transformer.serve.config import ServeConfig
+
+    with TestClient(create_app(engine, ServeConfig(**limits))) as client:
+        yield client
+
+
+def expected(engine, sentences, **search):
+    """What the library (no server, no batching across requests) gives for ``sentences``."""
+    decode = replace(engine.decode, **search)
+    return translate(engine.model, engine.tokenizers, sentences, decode).nbest
+
+
+def assert_served(answer: dict, nbest) -> None:
+    """A /translate answer holds the texts and scores of ``nbest`` (the library's)."""
+    assert [t["text"] for t in answer["translations"]] == [n[0].text for n in nbest]
+    for got, want in zip(answer["translations"], nbest, strict=True):
+        assert [h["text"] for h in got["nbest"]] == [h.text for h in want]
+        assert [h["score"] for h in got["nbest"]] == pytest.approx(
+            [h.score for h in want], abs=1e-4
+        )
+
+
+def assert_error(response, status: int, code: str, *words: str) -> dict:
+    """A JSON error of exactly {error, message}: one line, no traceback, naming ``words``."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    assert set(body) == {"error", "message"} and body["error"] == code
+    assert "\n" not in body["message"] and "Traceback" not in response.text
+    for word in words:
+        assert word in body["message"]
+    return body
