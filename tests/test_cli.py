@@ -21,11 +21,30 @@ def test_train_help_lists_every_config_key_with_type_default_and_help(capsys):
     text = " ".join(out.split())
     for section, cls in SECTIONS.items():
         for field in dataclasses.fields(cls):
-            match = re.search(
-                rf"--{section}\.{field.name} \S+ (.*?)\(type: ([^,]+), default: ", text
-            )
+            option = rf"--{section}\.{field.name} (INT|NUMBER|TEXT|\{{true,false}}) "
+            match = re.search(option + r"((?:(?!\(default:| --).)*)(\(default: [^)]*\))?", text)
             assert match, f"--{section}.{field.name}"
-            assert match.group(1).strip(), f"--{section}.{field.name} has no help text"
+            assert match.group(2).strip(), f"--{section}.{field.name} has no help text"
+            assert (match.group(3) is not None) == (field.default is not None), field.name
+    assert "(default: null)" not in text
+
+
+def test_help_puts_the_model_dir_first_and_one_default_per_option(capsys):
+    code, out, _ = cli(["translate", "--help"], capsys)
+    assert code == 0 and out.startswith("usage: transformer translate MODEL_DIR [options]")
+    for line in out.splitlines():
+        assert line.count("(default:") <= 1, line
+    assert "(default: standard input)" in out and "(default: null)" not in out
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "attention", "serve"])
+def test_only_training_offers_training_only_options(command, capsys):
+    code, out, _ = cli([command, "--help"], capsys)
+    assert code == 0 and "--runtime.compile" not in out and "--runtime.timeout_minutes" not in out
+    code, _, err = cli([command, "somewhere", "--runtime.compile"], capsys)
+    assert code == 2 and "unknown option --runtime.compile" in err
+    code, out, _ = cli(["train", "--help"], capsys)
+    assert "--runtime.compile" in out and "--runtime.timeout_minutes" in out
 
 
 @pytest.mark.parametrize("command", ["translate", "evaluate", "attention"])

@@ -20,6 +20,7 @@ from transformer.data.numbers import (
     number_splits,
     numbers_corpus,
     numbers_test_note,
+    round_numbers,
 )
 from transformer.errors import UserError
 
@@ -96,6 +97,16 @@ def test_numbers_training_sees_every_magnitude_often():
     for split in (splits.valid, splits.test):
         per_class = Counter(magnitude(n) for n in split)
         assert per_class == {"1 digit": 10, "2 digits": 90, "3 digits": 112, "4-6 digits": 788}
+
+
+def test_round_numbers_are_trained_on_and_never_held_out():
+    # What a person types first ("one hundred", "two thousand") is never a held-out test number.
+    assert round_numbers(999_999)[:3] == [100, 200, 300] and 900_000 in round_numbers(999_999)
+    assert len(round_numbers(999_999)) == 9 * 4 and round_numbers(99) == []
+    splits = number_splits(DataConfig())
+    evaluated = set(splits.valid) | set(splits.test)
+    assert not evaluated & set(round_numbers(999_999))
+    assert set(round_numbers(999_999)) <= set(splits.train)
 
 
 def test_numbers_test_note_says_which_classes_are_trained_on():

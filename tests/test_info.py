@@ -61,3 +61,28 @@ def test_info_with_bad_values_is_one_line_error(capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and "share_embeddings" in err
+
+
+def test_info_describes_a_trained_model_directory(numbers_model, capsys):
+    from transformer.model_dir import load_checkpoint
+
+    code = main(["info", str(numbers_model)])
+    out = capsys.readouterr().out
+    model = load_checkpoint(numbers_model).model
+    assert code == 0 and "step_" in out.splitlines()[0]
+    assert f"{sum(p.numel() for p in model.parameters()):,}" in out
+    config = model.config
+    assert f"vocab={config.src_vocab_size}/{config.tgt_vocab_size}" in out
+
+
+def test_info_of_any_size_allocates_nothing(capsys):
+    # Built on the meta device: a model of trillions of parameters is only described.
+    code = main(["info", "--preset", "big", "--d_model", "65536", "--n_heads", "64",
+                 "--d_ff", "262144"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "total" in out
+
+
+def test_info_takes_a_model_directory_or_model_options_not_both(numbers_model, capsys):
+    assert main(["info", str(numbers_model), "--d_model", "64"]) == 2
+    assert "not both" in capsys.readouterr().err

@@ -123,6 +123,11 @@ def test_the_page_translates_and_shows_attention(
         # Phone width: nothing sticks out sideways (the heatmap scrolls inside its box).
         page.set_viewport_size({"width": 375, "height": 800})
         width = page.evaluate("document.documentElement.scrollWidth")
+
+        # An error about a sentence names the line the person typed it on (empty lines count).
+        page.locator("#source").fill("twelve\n\n" + "seven " * 200)
+        page.locator("#translate").click()
+        sync_api.expect(page.locator("#status")).to_contain_text("line 3:")
         browser.close()
 
     assert width <= 375

@@ -77,7 +77,8 @@ def test_panels_are_the_slices_of_the_attention_maps(maps):
         np.testing.assert_array_equal(p.matrix, expected_slice(maps, p.kind, p.layer, p.head))
         assert (p.query_labels, p.key_labels) == tuple(map(tuple, axes[p.kind]))
         assert p.matrix.shape == (len(p.query_labels), len(p.key_labels))
-        assert f"layer {p.layer}" in p.title and f"head {p.head}" in p.title
+        # Indices from 0, and what a person reads counts from 1.
+        assert f"layer {p.layer + 1}," in p.title and f"head {p.head + 1}" in p.title
     # The decoder's self-attention is masked: nothing above the diagonal.
     decoder = [p for p in panels if p.kind == "decoder_self"]
     assert all(np.triu(p.matrix, k=1).max() == 0 for p in decoder)
@@ -100,15 +101,15 @@ def test_head_averaged_cross_attention(maps):
         np.testing.assert_allclose(p.matrix, sum(heads) / 4, atol=1e-6)
         np.testing.assert_allclose(p.matrix.sum(axis=1), 1.0, atol=1e-5)
         assert (p.query_labels, p.key_labels) == (tuple(TGT), tuple(SRC))
-    assert means[1].name == "cross_layer1_mean"
+    assert means[1].name == "cross_layer2_mean"
 
 
 def test_bad_selections_name_the_value_and_the_range(maps):
-    with pytest.raises(ValueError, match=r"layer 2 .*0\.\.1"):
+    with pytest.raises(ValueError, match=r"layer 3 .*layers 1\.\.2"):
         attention_panels(maps, SRC, TGT, layer=2)
-    with pytest.raises(ValueError, match=r"head 4 .*0\.\.3"):
+    with pytest.raises(ValueError, match=r"head 5 .*heads 1\.\.4"):
         attention_panels(maps, SRC, TGT, head=4)
-    with pytest.raises(ValueError, match=r"head -1 "):
+    with pytest.raises(ValueError, match=r"head 0 "):
         write_attention_figures(maps, SRC, TGT, "unused", head=-1)
     with pytest.raises(ValueError, match="6 source labels for 5"):
         attention_panels(maps, [*SRC, "extra"], TGT)
@@ -140,7 +141,7 @@ def assert_svg(path):
 def test_figures_are_written_as_png_and_svg(maps, tmp_path):
     paths = write_attention_figures(maps, SRC, TGT, tmp_path / "figs", layer=1, head=0)
     names = sorted(p.name for p in paths)
-    stems = [f"{kind}_layer1_head0" for kind in KINDS]
+    stems = [f"{kind}_layer2_head1" for kind in KINDS]
     assert names == sorted(f"{s}.{ext}" for s in stems for ext in ("png", "svg"))
     for path in paths:
         assert path.parent == tmp_path / "figs"
@@ -150,8 +151,8 @@ def test_figures_are_written_as_png_and_svg(maps, tmp_path):
 def test_a_head_average_figure_and_awkward_labels(maps, tmp_path):
     (mean,) = mean_cross_attention_panels(maps, SRC, TGT, layer=0)
     assert [p.name for p in save_panel(mean, tmp_path)] == [
-        "cross_layer0_mean.png",
-        "cross_layer0_mean.svg",
+        "cross_layer1_mean.png",
+        "cross_layer1_mean.svg",
     ]
     # "$$" would start matplotlib's mathtext and fail; tokens are shown literally.
     odd = Panel("cross", 0, 0, np.full((2, 3), 1 / 3), ("$$", "a_b"), ("<", "&", "^{"), "odd")

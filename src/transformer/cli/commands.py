@@ -48,6 +48,11 @@ class Command:
     options: Callable[[ArgumentParser], None]
     run: Callable[[argparse.Namespace, dict[str, dict]], None]
     description: str = ""
+    skip: frozenset[str] = frozenset()  # keys of its sections it has no use for
+
+
+# What only training uses: a command that does not train neither offers nor accepts these.
+TRAINING_ONLY = frozenset({"runtime.compile", "runtime.timeout_minutes"})
 
 
 COMMANDS = {
@@ -58,15 +63,15 @@ COMMANDS = {
                      "options; on --resume the saved config replaces --config."),
     "demo": Command("train the built-in number-words model and translate its test set",
                     ("runtime",),
-                    _demo_options, _demo),
+                    _demo_options, _demo, skip=frozenset({"runtime.timeout_minutes"})),
     "translate": Command("translate sentences (stdin, a file, or interactively)",
                          ("decode", "runtime"),
                          _translate_options, _translate,
                          "One sentence per line. Empty lines stay empty; a line longer than the "
                          "model accepts is truncated with a warning on stderr. Search options "
-                         "default to the model's decode config."),
+                         "default to the model's decode config.", skip=TRAINING_ONLY),
     "evaluate": Command("translate a test set and score it with sacreBLEU", ("decode", "runtime"),
-                        _evaluate_options, _evaluate),
+                        _evaluate_options, _evaluate, skip=TRAINING_ONLY),
     "serve": Command("serve translations over HTTP, with a web page",
                      ("serve", "decode", "runtime"), _serve_options, _serve,
                      "Serves MODEL_DIR on http://127.0.0.1:8000 (--host, --port): POST /translate, "
@@ -74,7 +79,7 @@ COMMANDS = {
                      "/openapi.json and a web page at /. Another address than loopback needs an "
                      "API key (--api-key or $TRANSFORMER_API_KEY). Concurrent requests are "
                      "decoded together; --decode.* sets the default search. SIGTERM or Ctrl-C "
-                     "finishes the requests in flight, then exits 0."),
+                     "finishes the requests in flight, then exits 0.", skip=TRAINING_ONLY),
     "export": Command("export a model for deployment (CTranslate2, optionally int8)", (),
                       _export_options, _export,
                       "Writes the checkpoint as a CTranslate2 model into OUT, with its "
@@ -88,5 +93,5 @@ COMMANDS = {
                          "Translates SENTENCE and draws the encoder self-attention, decoder masked "
                          "self-attention and encoder-decoder attention of every layer and head "
                          "(rows: queries, columns: keys), head-averaged alignments and "
-                         "positional-encoding plots."),
+                         "positional-encoding plots.", skip=TRAINING_ONLY),
 }  # fmt: skip

@@ -29,6 +29,7 @@ from ..config import RunConfig
 from ..errors import Terminated, UserError
 from ..files import describe_os_error
 from .commands import COMMANDS
+from .help import command_help
 from .options import COMMAND_SECTIONS, parse
 from .training import run_config
 
@@ -43,8 +44,9 @@ def build_parser(name: str) -> ArgumentParser:
                             command.help, exit_on_error=False, allow_abbrev=False)  # fmt: skip
     command.options(parser)
     for section in command.sections:
+        skip = {key.partition(".")[2] for key in command.skip if key.startswith(f"{section}.")}
         parser.add_class_arguments(
-            COMMAND_SECTIONS[section], section, sub_configs=False, instantiate=False
+            COMMAND_SECTIONS[section], section, sub_configs=False, instantiate=False, skip=skip
         )
     return parser
 
@@ -70,7 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with _warnings_to_stderr(prefix), _sigterm_raises():
         try:
             if "-h" in rest or "--help" in rest:
-                build_parser(name).print_help()
+                command = COMMANDS[name]
+                print(command_help(name, build_parser(name), command.description or command.help,
+                                   command.sections))  # fmt: skip
                 return 0
             ns, given = parse(build_parser(name), rest, COMMANDS[name].sections)
             COMMANDS[name].run(ns, given)

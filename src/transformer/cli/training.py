@@ -13,13 +13,29 @@ from ..errors import UserError
 
 
 def _info_options(p: ArgumentParser) -> None:
+    p.add_argument("model_dir", nargs="?", help="a model directory (or one of its checkpoint "
+                   "folders) to describe; without it, the model the options describe")  # fmt: skip
     p.add_argument("--model.preset", help="tiny, small, base (default) or big")
+    p.add_argument("--checkpoint", default="best", choices=["best", "last"],
+                   help="which checkpoint of a model directory")  # fmt: skip
 
 
 def _info(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+    from ..export.folder import is_export, read_export
     from ..inspect.info import describe
+    from ..model_dir import read_config, resolve_checkpoint
 
-    print(describe(load_config(None, given).model))
+    if ns.model_dir is None:
+        print(describe(load_config(None, given).model))
+        return
+    if given.get("model"):
+        raise UserError("give MODEL_DIR or --model.* options, not both")
+    path = Path(ns.model_dir)
+    if is_export(path):  # a CTranslate2 export keeps the config it was made from
+        print(f"{path} (CTranslate2 export)\n{describe(read_export(path).config.model)}")
+        return
+    folder = resolve_checkpoint(path, ns.checkpoint)
+    print(f"{folder}\n{describe(read_config(folder).model)}")
 
 
 def _train_options(p: ArgumentParser) -> None:
@@ -36,7 +52,17 @@ def _train(ns: argparse.Namespace, given: dict[str, dict]) -> None:
 
     config, out = run_config(ns, given)
     result = train(config, out, resume=ns.resume, overwrite=ns.overwrite, progress=not ns.quiet)
-    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the job
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 speaks for the job
+        return
+    if result.steps_here == 0:
+        print(
+            f"nothing to train: the run in {out} had already reached its limits at step "
+            f"{result.step} (raise --max_steps, --max_epochs or --max_minutes to go on)"
+        )
+    elif result.first_step:
+        print(f"trained {result.steps_here} more steps (from step {result.first_step} to "
+              f"{result.step}); model directory: {out}")  # fmt: skip
+    else:
         print(f"trained {result.step} steps in {result.seconds:.0f} s; model directory: {out}")
 
 

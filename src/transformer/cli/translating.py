@@ -91,8 +91,8 @@ def _attention_options(p: ArgumentParser) -> None:
     model_options(p)
     p.add_argument("sentence", help="the source sentence")
     p.add_argument("--out", default="attention", help="output folder")
-    p.add_argument("--layer", type=int, help="only this layer (counted from 0)")
-    p.add_argument("--head", type=int, help="only this head (counted from 0)")
+    p.add_argument("--layer", type=int, help="only this layer (counted from 1)")
+    p.add_argument("--head", type=int, help="only this head (counted from 1)")
     p.add_argument("--html", action="store_true", help="also write a single-file HTML report")
 
 
@@ -102,7 +102,8 @@ def _attention(ns: argparse.Namespace, given: dict[str, dict]) -> None:
 
     engine = load_torch_engine(ns.model_dir, ns.checkpoint, runtime_of(given),
                                **given.get("decode", {}))  # fmt: skip
-    lines = attention_job(engine, ns.sentence, Path(ns.out), ns.layer, ns.head, ns.html)
+    layer, head = (None if n is None else n - 1 for n in (ns.layer, ns.head))  # indices from 0
+    lines = attention_job(engine, ns.sentence, Path(ns.out), layer, head, ns.html)
     print("\n".join(lines))
 
 

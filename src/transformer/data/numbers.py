@@ -82,6 +82,19 @@ HOLDOUT_SHARE = 0.125  # a held-out split (valid or test) takes at most this sha
 # in "cents" failed; zeroing 30% of digits instead starved the 70s and 90s.
 ZEROED_DIGITS = 0.1
 ROUNDED = 0.15
+
+
+# The round numbers a person types first ("one hundred", "two thousand", ...): never held out of
+# training, and each trained on at least once. Held out, "one hundred" came out as "cent un" on
+# a fresh clone (the model had never seen "cent" alone).
+def round_numbers(numbers_max: int) -> list[int]:
+    """d · 10^k for d in 1..9 and k >= 2, up to ``numbers_max``: 100, 200, ..., 1,000, ..."""
+    return sorted(
+        d * 10**k for k in range(2, len(str(numbers_max))) for d in range(1, 10)
+        if d * 10**k <= numbers_max
+    )  # fmt: skip
+
+
 # The classes results are reported by.
 MAGNITUDES = ((1, 1, "1 digit"), (2, 2, "2 digits"), (3, 3, "3 digits"), (4, 6, "4-6 digits"))
 
@@ -153,7 +166,8 @@ def number_splits(data: DataConfig) -> NumberSplits:
     one-digit and 90 two-digit numbers are taken whole. From ``HOLDOUT_MIN_DIGITS`` digits on,
     valid and test numbers are held out of training (at most ``HOLDOUT_SHARE`` of a class each);
     below that a class is too small to hold out, so its numbers are all trained on, and reports
-    say so. Training draws ``numbers_train`` examples with replacement, each digit class equally
+    say so. The round numbers (``round_numbers``) are never held out and always trained on.
+    Training draws ``numbers_train`` examples with replacement, each digit class equally
     often, so that the few short numbers are seen hundreds of times rather than once.
     Deterministic for a given split_seed, on any Python version.
 
@@ -166,7 +180,9 @@ def number_splits(data: DataConfig) -> NumberSplits:
     rng = random.Random(data.split_seed)
     classes = digit_classes(data.numbers_max)
     rooms = [int(c.size * HOLDOUT_SHARE) if c.held_out else c.size for c in classes]
+    always = round_numbers(data.numbers_max)
     held_out: set[int] = set()
+    never_held_out = set(always)
     evaluation: list[list[int]] = []
     for total in (data.numbers_valid, data.numbers_test):
         numbers = []
@@ -174,7 +190,7 @@ def number_splits(data: DataConfig) -> NumberSplits:
             drawn: dict[int, None] = {}  # distinct, in the order drawn
             while len(drawn) < count:
                 n = c.low + int(rng.random() * c.size)
-                if n not in held_out:
+                if n not in held_out and not (c.held_out and n in never_held_out):
                     drawn[n] = None
             if c.held_out:
                 held_out.update(drawn)
@@ -183,8 +199,9 @@ def number_splits(data: DataConfig) -> NumberSplits:
         order = _sample_range(rng, 0, len(numbers) - 1, len(numbers))
         evaluation.append([numbers[i] for i in order])
     # Every number of a class too small to hold out once (so that valid and test really are
-    # trained on), then draws with replacement: a class at random, then a number of it.
-    train = [n for c in classes if not c.held_out for n in range(c.low, c.high + 1)]
+    # trained on) and every round number, then draws with replacement: a class at random, then
+    # a number of it.
+    train = [n for c in classes if not c.held_out for n in range(c.low, c.high + 1)] + always
     train = train if len(train) <= data.numbers_train else []
     while len(train) < data.numbers_train:
         c = classes[int(rng.random() * len(classes))]

@@ -67,7 +67,8 @@ def attention_job(
     model = engine.model
     with engine.precision():
         seen = inspect_sentence(model, engine.tokenizers, sentence, engine.decode)
-    files = write_attention_figures(seen.maps, seen.src_labels, seen.tgt_labels, out, layer, head)
+    files = write_attention_figures(seen.maps, seen.src_labels, seen.tgt_labels, out, layer, head,
+                                    progress=True)  # fmt: skip
     files += save_positional_plots(model.config.d_model, min(model.config.max_positions, 100), out)
     lines = [f"source:      {seen.source}", f"translation: {seen.translation}",
              f"wrote {len(files)} figures (PNG and SVG) to {out}"]  # fmt: skip

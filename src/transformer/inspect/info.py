@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from ..config import ModelConfig
@@ -70,5 +71,8 @@ def format_table(rows: list[tuple[str, int]], config: ModelConfig) -> str:
 
 
 def describe(config: ModelConfig) -> str:
-    """The parameter table of a model built from ``config`` (``transformer info``)."""
-    return format_table(parameter_table(Transformer(config)), config)
+    """The parameter table of a model built from ``config`` (``transformer info``). The model
+    is built on the meta device: shapes without memory, so any size can be described."""
+    with torch.device("meta"):
+        model = Transformer(config)
+    return format_table(parameter_table(model), config)

@@ -48,7 +48,7 @@ p.help { color: #555; max-width: 60em; }
 _HELP = (
     "Rows are queries, columns are keys; each row sums to 1. The decoder's queries are its "
     "inputs, &lt;s&gt; followed by the translation: the row of a token is the position that "
-    "predicts the next token. Layers and heads are numbered from 0."
+    "predicts the next token. Layers and heads are numbered from 1."
 )
 
 
@@ -96,12 +96,12 @@ def _kind_section(kind: str, panels: list[Panel]) -> list[str]:
     parts = [f"<h2>{_e(KIND_TITLES[kind])}</h2>"]
     for layer in sorted({p.layer for p in panels}):
         in_layer = [p for p in panels if p.layer == layer]
-        parts.append(f"<h3>Layer {layer}</h3>")
+        parts.append(f"<h3>Layer {layer + 1}</h3>")
         # The numbers are in the tables below: unannotated heatmaps are lighter and faster.
         figures = "".join(_img(p, annotate=False) for p in in_layer)
         parts.append(f'<div class="grid">{figures}</div>')
-        tables = "".join(f"<h4>Head {p.head}</h4>{weights_table(p)}" for p in in_layer)
-        summary = f"Numbers: layer {layer}, {len(in_layer)} heads"
+        tables = "".join(f"<h4>Head {p.head + 1}</h4>{weights_table(p)}" for p in in_layer)
+        summary = f"Numbers: layer {layer + 1}, {len(in_layer)} heads"
         parts.append(f"<details><summary>{summary}</summary>{tables}</details>")
     return parts
 

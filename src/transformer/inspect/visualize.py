@@ -13,6 +13,7 @@ Shapes: B batch, H heads, S source length, T target length, P positions, D model
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import numpy as np
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 from torch import Tensor
+from tqdm import tqdm
 
 from ..errors import BadValue
 from ..model.embeddings import sinusoidal_table
@@ -38,7 +40,11 @@ FORMATS = ("png", "svg")
 
 @dataclass(frozen=True)
 class Panel:
-    """One heatmap: the attention weights of one kind, layer and head (None = head average)."""
+    """One heatmap: the attention weights of one kind, layer and head (None = head average).
+
+    ``layer`` and ``head`` are indices (from 0); every name and title a person reads counts them
+    from 1, as ``transformer info``, the serve page and the step-through view do.
+    """
 
     kind: str
     layer: int
@@ -50,14 +56,15 @@ class Panel:
 
     @property
     def name(self) -> str:
-        """File stem, e.g. ``cross_layer1_head3`` or ``cross_layer1_mean``."""
-        head = "mean" if self.head is None else f"head{self.head}"
-        return f"{self.kind}_layer{self.layer}_{head}"
+        """File stem, e.g. ``cross_layer1_head3`` or ``cross_layer1_mean`` (counted from 1)."""
+        head = "mean" if self.head is None else f"head{self.head + 1}"
+        return f"{self.kind}_layer{self.layer + 1}_{head}"
 
 
 def _check_index(name: str, value: int | None, count: int, what: str) -> None:
     if value is not None and not 0 <= value < count:
-        raise BadValue(f"{name} {value} is out of range: valid {name}s are 0..{count - 1} ({what})")
+        raise BadValue(f"{name} {value + 1} is out of range: this model has {name}s 1..{count} "
+                       f"({what}; counted from 1)")  # fmt: skip
 
 
 def _labels(labels: Sequence[str], length: int, what: str) -> tuple[str, ...]:
@@ -124,7 +131,7 @@ def attention_panels(
                 continue
             for h in range(n_heads) if head is None else (head,):
                 matrix = weights[batch_index, h, : len(queries), : len(keys)]  # (Tq, Tk)
-                title = f"{KIND_TITLES[kind]}, layer {index}, head {h}"
+                title = f"{KIND_TITLES[kind]}, layer {index + 1}, head {h + 1}"
                 panels.append(Panel(kind, index, h, _numpy(matrix), queries, keys, title))
     return panels
 
@@ -148,7 +155,7 @@ def mean_cross_attention_panels(
             continue
         weights = attention.cross_attention[batch_index]  # (H, T, S)
         matrix = weights.mean(dim=0)[: len(tgt), : len(src)]  # (T, S)
-        title = f"{KIND_TITLES['cross']}, layer {index}, mean of heads"
+        title = f"{KIND_TITLES['cross']}, layer {index + 1}, mean of heads"
         panels.append(Panel("cross", index, None, _numpy(matrix), tgt, src, title))
     return panels
 
@@ -229,6 +236,7 @@ def write_attention_figures(
     out_dir: str | Path,
     layer: int | None = None,
     head: int | None = None,
+    progress: bool = False,
 ) -> list[Path]:
     """Heatmaps of every selected kind, layer and head, plus the head-averaged alignment.
 
@@ -238,13 +246,16 @@ def write_attention_figures(
         out_dir: created if missing.
         layer, head: select one (from 0); None = all. The head average is written unless a
             head is selected.
+        progress: a progress bar on a terminal (a few dozen figures take seconds).
     Returns:
         the paths written, a PNG and an SVG per figure.
     """
     panels = attention_panels(maps, src_labels, tgt_labels, layer, head)
     if head is None:
         panels += mean_cross_attention_panels(maps, src_labels, tgt_labels, layer)
-    return [path for panel in panels for path in save_panel(panel, out_dir)]
+    shown = progress and sys.stderr.isatty()
+    bar = tqdm(panels, desc=f"figures into {out_dir}", unit="figure", disable=not shown)
+    return [path for panel in bar for path in save_panel(panel, out_dir)]
 
 
 @dataclass(frozen=True)

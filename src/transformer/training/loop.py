@@ -19,6 +19,7 @@ import random
 import shlex
 import shutil
 import signal
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -206,8 +207,12 @@ def run_job(job: Job) -> TrainResult:
     stream = index_stream(data.train, t.max_tokens, t.seed, state.position)
     target_lengths = example_lengths(data.train)[1]  # decoder-input lengths: tokens per batch
     limit = f"train, at most {t.max_minutes:g} min" if t.max_minutes else "train"
-    bar = tqdm(total=t.max_steps, initial=state.step, disable=not (job.progress and world.main),
-               unit="step", desc=limit, dynamic_ncols=True)  # fmt: skip
+    # A progress bar on a terminal; elsewhere (CI, a log file) a plain line at every log step,
+    # not a stream of carriage returns.
+    show_bar = job.progress and world.main and sys.stderr.isatty()
+    plain_lines = job.progress and world.main and not show_bar
+    bar = tqdm(total=t.max_steps, initial=state.step, disable=not show_bar, unit="step",
+               desc=limit, dynamic_ncols=True)  # fmt: skip
     meter = Meter(device)
     started = time.perf_counter() - state.elapsed
     model.train()
@@ -248,6 +253,10 @@ def run_job(job: Job) -> TrainResult:
                 log_file.write(**row)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{row['ppl']:.2f}",
                                 lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_s']:.0f}")  # fmt: skip
+                if plain_lines:
+                    bar.write(f"step {state.step}/{t.max_steps} | loss {row['loss']:.3f} | "
+                              f"ppl {row['ppl']:.2f} | lr {lr:.2e} | "
+                              f"{row['tokens_per_s']:,.0f} tokens/s")  # fmt: skip
                 meter = Meter(device)
 
             done = _finished(state.step, state.position, t, time.perf_counter() - started)
@@ -299,5 +308,7 @@ def _finished(step: int, position: Position, t: TrainConfig, seconds: float) -> 
 def _describe(step: int, v: dict) -> str:
     parts = [f"step {step}", f"valid loss {v['valid_loss']:.3f}", f"ppl {v['valid_ppl']:.2f}"]
     if "valid_bleu" in v:
-        parts += [f"BLEU {v['valid_bleu']:.1f}", f"exact {100 * v['valid_exact']:.1f}%"]
+        parts.append(f"BLEU {v['valid_bleu']:.1f}")
+    if "valid_exact" in v:
+        parts.append(f"exact {100 * v['valid_exact']:.1f}%")
     return " | ".join(parts)

@@ -46,6 +46,7 @@ class Prepared:
     valid_pairs: list[tuple[str, str]]  # raw text, for BLEU
     test_pairs: list[tuple[str, str]]
     stats: dict[str, object]
+    by_class: bool = False  # the corpus has classes (numbers): exact match means something there
 
     @classmethod
     def written(cls, config: RunConfig, run: RunDir) -> Prepared:
@@ -140,7 +141,8 @@ def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
     }
     _say_what_was_left_out(stats, config, max_len, resume)
     valid_pairs = [splits.valid[i] for i in kept]
-    return Prepared(config, tokenizers, train.dataset, valid, valid_pairs, splits.test, stats)
+    return Prepared(config, tokenizers, train.dataset, valid, valid_pairs, splits.test, stats,
+                    by_class=splits.test_groups is not None)  # fmt: skip
 
 
 def _training_set(

@@ -48,7 +48,10 @@ async function translate(event) {
   event.preventDefault();
   const key = $("key").value.trim();
   if (key) sessionStorage.setItem("apiKey", key);
-  const sentences = $("source").value.split("\n").map((s) => s.trim()).filter((s) => s);
+  // The non-empty lines, and the line number (from 1) each came from, for error messages.
+  const lines = $("source").value.split("\n").map((s) => s.trim());
+  const lineOf = lines.flatMap((s, i) => (s ? [i + 1] : []));
+  const sentences = lines.filter((s) => s);
   if (!sentences.length) {
     say("Type a sentence first.", true);
     $("source").focus();
@@ -62,7 +65,9 @@ async function translate(event) {
     showTranslations(sentences, answer, beam);
     say(`${sentences.length} translated in ${answer.time_ms.toFixed(0)} ms.`);
   } catch (error) {
-    say(error.message, true);
+    // The API names a sentence by its place among those sent ("sentences.2: ..."); the person
+    // typed lines, some of them empty: name the line instead.
+    say(error.message.replace(/^sentences\.(\d+)/, (_, i) => `line ${lineOf[Number(i)]}`), true);
   } finally {
     $("translate").disabled = false;
   }
