@@ -37,7 +37,10 @@ def _train(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     config, out = run_config(ns, given)
     result = train(config, out, resume=ns.resume, overwrite=ns.overwrite, progress=not ns.quiet)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the job
-        print(f"trained {result.step} steps in {result.seconds:.0f} s; model directory: {out}")
+        early = f" (stopped early: train.patience {config.train.patience})" if (
+            result.stopped_early) else ""  # fmt: skip
+        print(f"trained {result.step} steps in {result.seconds:.0f} s{early}; model directory: "
+              f"{out}")  # fmt: skip
 
 
 def run_config(ns: argparse.Namespace, given: dict[str, dict]) -> tuple[RunConfig, Path]:

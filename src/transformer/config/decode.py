@@ -36,7 +36,7 @@ class DecodeConfig:
     """No n-gram of target pieces twice in one output; 0: off."""
     repetition_penalty: float = 1.0
     """Tokens already in the output have their logit divided by this (multiplied if negative,
-    CTRL); > 1 discourages repeats; 1: off."""
+    CTRL), in [0.01, 100]; > 1 discourages repeats; 1: off."""
     alignment: bool = False
     """Also give word alignments (Pharaoh i-j, source-target, 0-based) from attention."""
     batch_size: int = 64
@@ -60,10 +60,10 @@ class DecodeConfig:
                 raise BadValue(f"DecodeConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         if not 0 < self.top_p <= 1:
             raise BadValue(f"DecodeConfig.top_p must be in (0, 1], got {self.top_p!r}")
-        if self.repetition_penalty <= 0:
-            raise BadValue(
-                f"DecodeConfig.repetition_penalty must be > 0, got {self.repetition_penalty!r}"
-            )
+        # Beyond these bounds a float32 logit may overflow to inf (and the search to NaN).
+        if not 0.01 <= self.repetition_penalty <= 100:
+            raise BadValue(f"DecodeConfig.repetition_penalty must be in [0.01, 100], got "
+                           f"{self.repetition_penalty!r}")  # fmt: skip
         if self.max_len_a == 0 and self.min_len > self.max_len_b:
             raise BadValue(
                 f"DecodeConfig.min_len ({self.min_len}) is above the length limit max_len_b "
