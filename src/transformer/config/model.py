@@ -90,8 +90,8 @@ class ModelConfig:
     @property
     def alignment_layer(self) -> int:
         """The decoder layer whose encoder-decoder attention, averaged over its heads, gives word
-        alignments: the second-to-last (the only one of one); inference/alignment.py says why."""
-        return max(self.n_decoder_layers - 2, 0)
+        alignments: the last; inference/alignment.py says why."""
+        return self.n_decoder_layers - 1
 
     @classmethod
     def preset(cls, name: str, **overrides: object) -> ModelConfig:

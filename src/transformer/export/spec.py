@@ -18,7 +18,7 @@ byte of the format is written here. How each part of ours maps:
     shared / tied tables                   the same array; CTranslate2 stores it once (aliases)
     layer_norm_eps                         config.layer_norm_epsilon
     PAD 0, UNK 1, <s> 2, </s> 3            the vocabularies, in id order: the pieces themselves
-    alignments (inference/alignment.py)    alignment_layer = the second-to-last decoder layer,
+    alignments (inference/alignment.py)    alignment_layer = the last decoder layer,
                                            alignment_heads = n_heads (their mean)
 
 In post-norm each sublayer's layer norm follows its residual addition (x = LN(x + F(x))) in

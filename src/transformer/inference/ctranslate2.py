@@ -116,6 +116,7 @@ class CTranslate2Engine:
     config: RunConfig  # the run's config (model, data, decode)
     path: Path  # the export folder, or the checkpoint folder converted on the fly
     patience: float = PATIENCE
+    alignment_heads: int | None = None  # heads its attention averages (None: all of them)
     name = "ctranslate2"
 
     def __post_init__(self) -> None:
@@ -185,6 +186,10 @@ class CTranslate2Engine:
         2.8x slower on Multi30k, where the limit is source length + 50.)
         """
         d = decode or self.decode
+        heads = self.config.model.n_heads
+        if d.alignment and self.alignment_heads not in (None, heads):
+            raise UserError(f"alignment: this ctranslate2 export averages {self.alignment_heads} "
+                            f"of {heads} heads; export the model again for alignments")  # fmt: skip
         options = self._options
         if d != self.decode:
             options = translate_batch_options(d, self._special, self.patience)
@@ -275,9 +280,10 @@ def load_ctranslate2(
     """
     ct2 = import_ctranslate2()
     path = Path(model_dir)
+    heads = None  # a model converted here averages every head
     if is_export(path):
         info = read_export(path)
-        tokenizers, config = Tokenizers.load(path), info.config
+        tokenizers, config, heads = Tokenizers.load(path), info.config, info.alignment_heads
         model = _ct2_model(ct2, path, runtime, info.quantization)
     else:
         with _torch_on_one_thread():
@@ -288,7 +294,7 @@ def load_ctranslate2(
                 save_model(loaded.model, tokenizers, config, Path(folder), "float32", str(path))
                 model = _ct2_model(ct2, Path(folder), runtime, "float32")  # into memory
     decode = config.decode.with_search(**search)
-    return CTranslate2Engine(model, tokenizers, decode, config, path)
+    return CTranslate2Engine(model, tokenizers, decode, config, path, alignment_heads=heads)
 
 
 @contextmanager
