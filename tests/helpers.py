@@ -2,7 +2,7 @@
 model, a tiny number-words run's options, a checkpoint's weights,
 
 a stub model whose next-token distributions are set by hand (so a search's best answer is known
-by construction), and where the shared data is.
+by construction), the copy task's sentences, and where the shared data is.
 
 Import from here (``from helpers import cli, tiny_model``); ``conftest.py`` holds the fixtures.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import random
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -40,6 +41,20 @@ TINY_NUMBERS = [
     "--numbers_valid", "20", "--numbers_test", "30", "--vocab_size", "80", "--max_tokens", "800",
     "--warmup_steps", "10", "--max_positions", "48",
 ]  # fmt: skip
+
+
+# The copy task (the ``copy_model`` fixture): 12 words, each one SentencePiece piece.
+COPY_WORDS = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze", "bo", "fi"]
+
+
+def copy_sentences(n: int, seed: int, repeats: bool = False) -> list[str]:
+    """Sentences of 3-7 words of COPY_WORDS; without ``repeats`` no word twice (attention that
+    follows the content cannot tell two copies of a word apart, so only such sentences have
+    one right alignment)."""
+    rng = random.Random(seed)
+    if repeats:
+        return [" ".join(rng.choices(COPY_WORDS, k=rng.randint(3, 7))) for _ in range(n)]
+    return [" ".join(rng.sample(COPY_WORDS, rng.randint(3, 7))) for _ in range(n)]
 
 
 def cli(

@@ -1,7 +1,7 @@
 """The command table: each subcommand's help, the config sections it takes, its options, its run.
 
 Each run parses nothing itself and makes one call into the library (training.py: info, train,
-demo, average; translating.py: translate, evaluate, attention, serve, export, explain).
+demo, average; translating.py: translate, evaluate, score, attention, serve, export, explain).
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from .translating import (
     _explain_options,
     _export,
     _export_options,
+    _score,
+    _score_options,
     _serve,
     _serve_options,
     _translate,
@@ -72,10 +74,17 @@ COMMANDS = {
                          "default to the model's decode config.", skip=TRAINING_ONLY),
     "evaluate": Command("translate a test set and score it with sacreBLEU", ("decode", "runtime"),
                         _evaluate_options, _evaluate, skip=TRAINING_ONLY),
+    "score": Command("the model's log-probability of given translations", ("decode", "runtime"),
+                     _score_options, _score,
+                     "Scores each line of --ref as a translation of the same line of --src, "
+                     "teacher-forced: one line per pair, tab-separated: the total log-probability "
+                     "(pieces and </s>), per token, and divided by the GNMT length penalty "
+                     "(--decode.length_penalty), the score beam search ranks by.",
+                     skip=TRAINING_ONLY),
     "serve": Command("serve translations over HTTP, with a web page",
                      ("serve", "decode", "runtime"), _serve_options, _serve,
                      "Serves MODEL_DIR on http://127.0.0.1:8000 (--host, --port): POST /translate, "
-                     "POST /attention, GET /info, GET /health, the OpenAPI schema at "
+                     "POST /score, POST /attention, GET /info, GET /health, the OpenAPI schema at "
                      "/openapi.json and a web page at /. Another address than loopback needs an "
                      "API key (--api-key or $TRANSFORMER_API_KEY). Concurrent requests are "
                      "decoded together; --decode.* sets the default search. SIGTERM or Ctrl-C "

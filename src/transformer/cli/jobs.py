@@ -1,10 +1,11 @@
-"""Translate and evaluate as jobs on files: what those commands do.
+"""Translate, evaluate and score as jobs on files: what those commands do.
 
 A job runs an ``Engine`` (inference/engine.py) over files or standard input and output, and
 reads and writes them the safe way: an output that is also an input is refused before anything
-is read, and outputs appear complete or not at all (``files.atomic_write``). Input lines are
-translated in chunks (bounded memory) and stay aligned with the output lines; n-best lists come
-out Moses-style.
+is read, inputs are checked before any work, and outputs appear complete or not at all
+(``files.atomic_write``). Input lines are translated in chunks (bounded memory) and stay aligned
+with the output lines; n-best lists come out Moses-style, word alignments after ``|||`` in
+Pharaoh format.
 """
 
 from __future__ import annotations
@@ -15,13 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from ..config import DecodeConfig
 from ..data.corpora import load_splits
 from ..data.readers import read_lines, read_parallel
 from ..errors import UserError
 from ..files import atomic_write, check_not_an_input
+from ..inference.alignment import pharaoh
 from ..inference.engine import Engine
 from ..inference.evaluate import ExactMatch, Score, exact_match, score_translations
 from ..inference.translate import Translation, TranslationResult
+
+# an engine's translate: (sentences, search or None for its own, prefixes or None)
+Translate = Callable[[list[str], DecodeConfig | None, list[str] | None], TranslationResult]
 
 
 def translate_file(
@@ -31,53 +37,86 @@ def translate_file(
     stdin: IO[bytes],
     stdout: IO[str],
     warn: Callable[[str], None],
+    prefix: str | None = None,
 ) -> int:
     """Translates ``input`` (or standard input; interactively on a terminal) into ``output``
-    (or standard output), line by line; returns the number of lines."""
+    (or standard output), line by line; returns the number of lines. ``prefix``: a file of
+    target prefixes, line-aligned with the input (an empty line for none)."""
     interactive = input is None and stdin.isatty()
     if input is not None:
         lines: Iterable[str] = read_lines(input)
     elif interactive:
+        if prefix is not None:
+            raise UserError("--prefix needs the sentences in a file (--input) or piped in")
         print("Type a sentence and press Enter (Ctrl-D to quit).", file=sys.stderr)
         lines = _prompted_lines()
     else:
         lines = _stdin_lines(stdin)
+    prefixes = None
+    if prefix is not None:
+        lines = list(lines)
+        prefixes = _read_prefixes(engine, prefix, len(lines), input or "standard input")
     chunk = 1 if interactive else 2000
     nbest = engine.decode.nbest
     if output is None:
         write = _printer(stdout, interactive)
-        return translate_lines(engine.translate, lines, nbest, write, warn, chunk)
+        return translate_lines(engine.translate, lines, nbest, write, warn, chunk, prefixes)
     with atomic_write(output) as out:  # the file appears complete, at the end
-        return translate_lines(engine.translate, lines, nbest, _printer(out, False), warn, chunk)
+        return translate_lines(engine.translate, lines, nbest, _printer(out, False), warn, chunk,
+                               prefixes)  # fmt: skip
+
+
+def _read_prefixes(engine: Engine, path: str, count: int, input: str) -> list[str]:
+    """The prefix file's lines, checked against the input and the model before any work."""
+    prefixes = read_lines(path)
+    if len(prefixes) != count:
+        raise UserError(f"--prefix {path} has {len(prefixes)} lines but {input} has {count}; "
+                        "give one prefix per line (an empty line for none)")  # fmt: skip
+    room = engine.config.model.max_positions - 1
+    for number, text in enumerate(prefixes, 1):
+        pieces = len(engine.tokenizers.tgt.encode(text))
+        if pieces > room:
+            raise UserError(f"{path}: line {number} has {pieces} pieces; the model's outputs "
+                            f"hold at most {room}")  # fmt: skip
+    return prefixes
 
 
 def format_nbest(index: int, options: list[Translation]) -> list[str]:
-    """Moses-style n-best lines: ``sentence index ||| translation ||| score``."""
-    return [f"{index} ||| {t.text} ||| {t.score:.4f}" for t in options]
+    """Moses-style n-best lines: ``sentence index ||| translation ||| score``, then
+    ``||| alignment`` when there is one."""
+    return [f"{index} ||| {t.text} ||| {t.score:.4f}" + _aligned(t) for t in options]
+
+
+def _aligned(t: Translation) -> str:
+    """`` ||| i-j ...`` for a translation with a word alignment, else nothing."""
+    return "" if t.alignment is None else f" ||| {pharaoh(t.alignment)}"
 
 
 def translate_lines(
-    translate: Callable[[list[str]], TranslationResult],
+    translate: Translate,
     lines: Iterable[str],
     nbest: int,
     write: Callable[[str], None],
     warn: Callable[[str], None],
     chunk: int = 2000,
+    prefixes: list[str] | None = None,
 ) -> int:
     """Translates a stream of lines in chunks (bounded memory), keeping line alignment.
 
     Args:
-        translate: an engine's sentences -> TranslationResult (``translate`` above, bound to a
-            model, or another engine's).
+        translate: an engine's (sentences, prefixes) -> TranslationResult.
         nbest: lines written per input line; > 1 writes Moses-style n-best lines.
+        prefixes: one target prefix per line ("" for none), or None.
     Each input line gives one output line (``nbest`` lines with ``nbest`` > 1); an empty line
-    gives an empty line. Returns the number of input lines.
+    gives an empty line. A translation with a word alignment is followed by `` ||| i-j ...``.
+    Returns the number of input lines.
     """
     done = 0
     buffer: list[str] = []
 
     def flush() -> None:
-        result = translate(buffer)
+        forced = prefixes[done : done + len(buffer)] if prefixes is not None else None
+        result = translate(buffer, None, forced)
         for i in result.truncated:
             warn(f"line {done + i + 1}: longer than the model accepts; translated its beginning")
         for i, options in enumerate(result.nbest):
@@ -85,7 +124,7 @@ def translate_lines(
                 for line in format_nbest(done + i, options[:nbest]):
                     write(line)
             else:
-                write(options[0].text)
+                write(options[0].text + _aligned(options[0]))
 
     for line in lines:
         buffer.append(line.rstrip("\n"))
@@ -184,3 +223,25 @@ def evaluate(
     scores = score_translations(result.best, references, lowercase=lowercase)
     exact = exact_match(result.best, references, groups) if groups is not None else None
     return Evaluation(scores, exact, note, hypotheses, len(result.truncated))
+
+
+def score_file(
+    engine: Engine, src: str, ref: str, output: str | None, stdout: IO[str],
+    warn: Callable[[str], None],
+) -> int:  # fmt: skip
+    """Writes, for each line pair of ``src`` and ``ref``, the model's log-probability of the
+    reference: ``total<TAB>per token<TAB>length-penalised`` (inference/score.py), into
+    ``output`` (or standard output); returns the number of pairs."""
+    pairs = read_parallel(src, ref)  # line counts must agree
+    if not pairs:
+        raise UserError(f"nothing to score: {src} and {ref} are empty")
+    result = engine.score([s for s, _ in pairs], [t for _, t in pairs])
+    for i in result.truncated:
+        warn(f"line {i + 1}: the source is longer than the model accepts; scored its beginning")
+    lines = [f"{p.log_prob:.6f}\t{p.per_token:.6f}\t{p.penalised:.6f}\n" for p in result.scores]
+    if output is None:
+        stdout.write("".join(lines))
+    else:
+        with atomic_write(output) as out:
+            out.write("".join(lines))
+    return len(lines)

@@ -54,16 +54,19 @@ def _train(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     result = train(config, out, resume=ns.resume, overwrite=ns.overwrite, progress=not ns.quiet)
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 speaks for the job
         return
+    early = f" (stopped early: train.patience {config.train.patience})" if (
+        result.stopped_early) else ""  # fmt: skip
     if result.steps_here == 0:
-        print(
-            f"nothing to train: the run in {out} had already reached its limits at step "
-            f"{result.step} (raise --max_steps, --max_epochs or --max_minutes to go on)"
-        )
+        why = "stopped early (train.patience)" if result.stopped_early else (
+            "already reached its limits")  # fmt: skip
+        print(f"nothing to train: the run in {out} had {why} at step {result.step} (raise "
+              "--max_steps, --max_epochs, --max_minutes or --patience to go on)")  # fmt: skip
     elif result.first_step:
         print(f"trained {result.steps_here} more steps (from step {result.first_step} to "
-              f"{result.step}); model directory: {out}")  # fmt: skip
+              f"{result.step}){early}; model directory: {out}")  # fmt: skip
     else:
-        print(f"trained {result.step} steps in {result.seconds:.0f} s; model directory: {out}")
+        print(f"trained {result.step} steps in {result.seconds:.0f} s{early}; model directory: "
+              f"{out}")  # fmt: skip
 
 
 def run_config(ns: argparse.Namespace, given: dict[str, dict]) -> tuple[RunConfig, Path]:

@@ -1,9 +1,11 @@
-"""The commands that use a trained model: translate, evaluate, attention, serve, export, explain."""
+"""The commands that use a trained model: translate, evaluate, score, attention, serve, export,
+explain."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from jsonargparse import ArgumentParser
@@ -18,20 +20,44 @@ def _translate_options(p: ArgumentParser) -> None:
     engine_options(p)
     p.add_argument("--input", "-i", help="file to translate (default: standard input)")
     p.add_argument("--output", "-o", help="write translations here (default: standard output)")
+    p.add_argument("--prefix", help="target prefixes, line-aligned with the input: each "
+                   "translation starts with its line (an empty line: none)")  # fmt: skip
 
 
 def _translate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_engine
     from .jobs import check_outputs, translate_file
 
-    check_outputs(ns.output, input=ns.input)
+    check_outputs(ns.output, input=ns.input, prefix=ns.prefix)
     engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
                          **given.get("decode", {}))  # fmt: skip
+    translate_file(engine, ns.input, ns.output, sys.stdin.buffer, sys.stdout, _warn("translate"),
+                   ns.prefix)  # fmt: skip
 
+
+def _warn(command: str) -> Callable[[str], None]:
     def warn(message: str) -> None:
-        print(f"transformer translate: warning: {message}", file=sys.stderr)
+        print(f"transformer {command}: warning: {message}", file=sys.stderr)
 
-    translate_file(engine, ns.input, ns.output, sys.stdin.buffer, sys.stdout, warn)
+    return warn
+
+
+def _score_options(p: ArgumentParser) -> None:
+    model_options(p)
+    engine_options(p)
+    p.add_argument("--src", required=True, help="source sentences, one per line")
+    p.add_argument("--ref", required=True, help="their translations, line-aligned with --src")
+    p.add_argument("--output", "-o", help="write the scores here (default: standard output)")
+
+
+def _score(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+    from ..inference.engine import load_engine
+    from .jobs import check_outputs, score_file
+
+    check_outputs(ns.output, src=ns.src, ref=ns.ref)
+    engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
+                         **given.get("decode", {}))  # fmt: skip
+    score_file(engine, ns.src, ns.ref, ns.output, sys.stdout, _warn("score"))
 
 
 def _evaluate_options(p: ArgumentParser) -> None:

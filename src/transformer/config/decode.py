@@ -28,6 +28,17 @@ class DecodeConfig:
     """Sampling temperature: < 1 sharper, > 1 flatter."""
     top_k: int = 0
     """Sample from the k most likely tokens; 0: all."""
+    top_p: float = 1.0
+    """Sample from the fewest most likely tokens whose probability reaches p (nucleus); 1: all."""
+    min_len: int = 0
+    """No EOS before this many output tokens (a prefix counts); 0: none."""
+    no_repeat_ngram: int = 0
+    """No n-gram of target pieces twice in one output; 0: off."""
+    repetition_penalty: float = 1.0
+    """Tokens already in the output have their logit divided by this (multiplied if negative,
+    CTRL), in [0.01, 100]; > 1 discourages repeats; 1: off."""
+    alignment: bool = False
+    """Also give word alignments (Pharaoh i-j, source-target, 0-based) from attention."""
     batch_size: int = 64
     """Sentences per batch."""
     max_source_tokens: int = 8192
@@ -43,9 +54,21 @@ class DecodeConfig:
             )
         if self.temperature <= 0:
             raise BadValue(f"DecodeConfig.temperature must be > 0, got {self.temperature!r}")
-        for name in ("length_penalty", "max_len_a", "max_len_b", "top_k"):
+        for name in ("length_penalty", "max_len_a", "max_len_b", "top_k", "min_len",
+                     "no_repeat_ngram"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise BadValue(f"DecodeConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        if not 0 < self.top_p <= 1:
+            raise BadValue(f"DecodeConfig.top_p must be in (0, 1], got {self.top_p!r}")
+        # Beyond these bounds a float32 logit may overflow to inf (and the search to NaN).
+        if not 0.01 <= self.repetition_penalty <= 100:
+            raise BadValue(f"DecodeConfig.repetition_penalty must be in [0.01, 100], got "
+                           f"{self.repetition_penalty!r}")  # fmt: skip
+        if self.max_len_a == 0 and self.min_len > self.max_len_b:
+            raise BadValue(
+                f"DecodeConfig.min_len ({self.min_len}) is above the length limit max_len_b "
+                f"({self.max_len_b})"
+            )
 
     def with_search(self, **search: object) -> DecodeConfig:
         """These search options (DecodeConfig fields) on top of this config; an ``nbest``

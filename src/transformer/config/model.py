@@ -87,6 +87,12 @@ class ModelConfig:
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def alignment_layer(self) -> int:
+        """The decoder layer whose encoder-decoder attention, averaged over its heads, gives word
+        alignments: the last; inference/alignment.py says why."""
+        return self.n_decoder_layers - 1
+
     @classmethod
     def preset(cls, name: str, **overrides: object) -> ModelConfig:
         """A named preset (``tiny``, ``small``, ``base``, ``big``) with fields overridden."""

@@ -53,6 +53,8 @@ class TrainConfig:
     """Validation sentences decoded for BLEU; 0: loss only."""
     best_metric: str = "bleu"
     """What picks the "best" checkpoint: "bleu" (if measured) or "loss"."""
+    patience: int = 0
+    """Stop after this many validations in a row without a better best_metric; 0: never."""
     save_every: int = 500
     """Steps between checkpoints (and at the end)."""
     keep_checkpoints: int = 5
@@ -66,7 +68,8 @@ class TrainConfig:
             "validate_every", "save_every", "keep_checkpoints",
         )  # fmt: skip
         check_probability(self, "label_smoothing", "cooldown")
-        for name in ("peak_lr", "max_minutes", "weight_decay", "clip_norm", "max_epochs"):
+        for name in ("peak_lr", "max_minutes", "weight_decay", "clip_norm", "max_epochs",
+                     "patience"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise BadValue(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         for name in ("lr_factor", "adam_eps"):

@@ -44,6 +44,9 @@ class ExportInfo:
     config: RunConfig  # the run's config: the model, its data (test split) and decode settings
     quantization: str
     source: str  # the checkpoint folder it was exported from
+    # heads of the last decoder layer its attention averages (CTranslate2's alignment_heads);
+    # exports written before word alignments existed have CTranslate2's default, 1
+    alignment_heads: int = 1
 
 
 def is_export(path: Path) -> bool:
@@ -59,8 +62,9 @@ def read_export(path: Path) -> ExportInfo:
         if values.get("format") != FORMAT:
             raise ValueError(f"format is {values.get('format')!r}, expected {FORMAT!r}")
         return ExportInfo(
-            build_config(values["config"], str(marker)), values["quantization"], values["source"]
-        )
+            build_config(values["config"], str(marker)), values["quantization"], values["source"],
+            int(values.get("alignment_heads", 1)),
+        )  # fmt: skip
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
         raise UserError(f"cannot read {marker}: {error}") from None
 
@@ -80,7 +84,7 @@ def save_model(
     spec.save(str(folder))
     tokenizers.save(folder)
     info = {"format": FORMAT, "quantization": quantization, "source": source,
-            "config": config.to_dict()}  # fmt: skip
+            "config": config.to_dict(), "alignment_heads": model.config.n_heads}  # fmt: skip
     write_json_atomic(folder / MARKER, info)
 
 

@@ -18,6 +18,8 @@ byte of the format is written here. How each part of ours maps:
     shared / tied tables                   the same array; CTranslate2 stores it once (aliases)
     layer_norm_eps                         config.layer_norm_epsilon
     PAD 0, UNK 1, <s> 2, </s> 3            the vocabularies, in id order: the pieces themselves
+    alignments (inference/alignment.py)    alignment_layer = the last decoder layer,
+                                           alignment_heads = n_heads (their mean)
 
 In post-norm each sublayer's layer norm follows its residual addition (x = LN(x + F(x))) in
 both; CTranslate2 has no final norm there, and neither do we. A torch ``nn.Linear`` weight is
@@ -109,6 +111,8 @@ def transformer_spec(model: Transformer, src_pieces: list[str], tgt_pieces: list
         config.n_heads,
         pre_norm=config.norm_first,
         activation=specs.Activation.RELU,
+        alignment_layer=config.alignment_layer,
+        alignment_heads=config.n_heads,
     )
     spec.config.layer_norm_epsilon = config.layer_norm_eps
     _set_inputs(spec.encoder, spec.encoder.embeddings[0], model.src_embed, config)

@@ -16,6 +16,9 @@ finishes as, of length L <= max_len + 1, scores at most s / lp(L); for α >= 0 l
 s / lp(max_len + 1) bounds them all. Stopping at the first EOS, or as soon as ``nbest``
 hypotheses have finished, can miss a better hypothesis that is still running.
 
+A forced prefix (``constraints.py``) leaves one candidate per beam while it lasts, so only beam
+0 (the prefix) stays finite, as at the first step; the K beams fan out after it.
+
 The running batch holds N·K rows: row n·K + k is beam k of running sentence n (the first step,
 where every beam is the same <s>, runs once per sentence and is then copied). Reordering beams
 moves only the cached self-attention keys/values (``cache.reorder``); a finished sentence's rows
@@ -31,6 +34,7 @@ from torch import Tensor, nn
 
 from ..config import DecodeConfig
 from ..vocab import EOS_ID
+from .constraints import SearchRules
 from .search import (
     Hypothesis,
     RunningBatch,
@@ -38,6 +42,7 @@ from .search import (
     force_eos,
     gnmt_length_penalty,
     max_output_lengths,
+    room_needed,
 )
 
 
@@ -46,6 +51,7 @@ def beam_search(
     src_ids: Tensor,
     config: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     use_cache: bool = True,
+    prefix: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """The ``nbest`` best hypotheses per sentence that a beam of ``beam_size`` finds.
 
@@ -55,29 +61,35 @@ def beam_search(
         config: ``beam_size`` (K, the prefixes kept per sentence), ``length_penalty`` (GNMT α;
             score = log P / ((5 + |Y|) / 6)^α, |Y| counting EOS; 0: none), ``max_len_a`` and
             ``max_len_b`` (at most floor(a · src_len + b) tokens before EOS) and ``nbest``
-            (hypotheses returned per sentence, <= beam_size) are used.
+            (hypotheses returned per sentence, <= beam_size) are used, with the rules of
+            ``constraints.py`` (``min_len``, ``no_repeat_ngram``, ``repetition_penalty``).
         use_cache: decode incrementally with the key/value cache (False: re-run the prefix).
+        prefix: (B, P) target ids each output must start with, right-padded with PAD_ID; their
+            log-probabilities count in the score.
     Shape:
         returns B lists of up to ``nbest`` hypotheses, best score first, in the order of src_ids.
     """
     if config.nbest > config.beam_size:
         raise ValueError(f"need nbest <= beam_size, got {config.nbest} > {config.beam_size}")
     with evaluating(model):
-        return _beam_search(model, src_ids, config, use_cache)
+        return _beam_search(model, src_ids, config, use_cache, prefix)
 
 
 def _beam_search(
-    model: nn.Module, src_ids: Tensor, config: DecodeConfig, use_cache: bool
-) -> list[list[Hypothesis]]:
+    model: nn.Module, src_ids: Tensor, config: DecodeConfig, use_cache: bool,
+    prefix: Tensor | None,
+) -> list[list[Hypothesis]]:  # fmt: skip
     """The search loop; see the module docstring."""
     B, device = src_ids.size(0), src_ids.device
     if B == 0:
         return []
     K, alpha, nbest = config.beam_size, config.length_penalty, config.nbest
     memory, src_mask = model.encode(src_ids)  # (B, S, D), (B, 1, 1, S): once per source
-    max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b)  # (B,)
+    room = room_needed(config.min_len, prefix)  # (B,) or a number
+    max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b, room)  # (B,)
     beams_of = torch.arange(B, device=device).repeat_interleave(K)  # (B·K,) sentence of each row
-    batch = RunningBatch(model, memory, src_mask, use_cache)  # B rows until the first step
+    rules = SearchRules.of(config)
+    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix)  # B rows at step 0
     running = torch.arange(B, device=device)  # (N,) sentence of each running block of K rows
     # The K beams all start as the same <s>: only beam 0 may be extended at the first step, or
     # the beam would fill with K copies of the same candidates.

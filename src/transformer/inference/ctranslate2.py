@@ -11,13 +11,20 @@ How our DecodeConfig maps onto ``translate_batch``:
     beam_size 1 (greedy)    beam_size=1, length_penalty=0: the score is log P(y, </s>)
     beam_size K             beam_size=K, patience=2, num_hypotheses=2K, re-ranked by GNMT
     nbest                   the best ``nbest`` of those K
-    sampling                sampling_topk=top_k (0: the whole vocabulary), sampling_temperature,
-                            num_hypotheses=nbest
-    max_len_a, max_len_b    max_decoding_length = floor(a · src_len + b), capped at
-                            max_positions - 1, per sentence (``search_ids``)
+    sampling                sampling_topk=top_k (0: the whole vocabulary), sampling_topp=top_p,
+                            sampling_temperature, num_hypotheses=nbest
+    max_len_a, max_len_b    max_decoding_length = floor(a · src_len + b), raised to min_len and
+                            the prefix, capped at max_positions - 1, per sentence (``search_ids``)
     batch_size              max_batch_size, batch_type="examples"
     PAD and BOS never made  suppress_sequences=[["<pad>"], ["<s>"]]
-    an empty output allowed min_decoding_length=0
+    min_len                 min_decoding_length (0: an empty output is allowed, as in ours)
+    no_repeat_ngram         no_repeat_ngram_size
+    repetition_penalty      repetition_penalty
+    a prefix                target_prefix; CTranslate2 leaves the prefix out of the score, so
+                            its log-probability (``score_batch``) is added back, as ours counts it
+    alignment               return_attention: the export's alignment_layer and alignment_heads
+                            are ours (``export/spec.py``)
+    score (score.py)        score_batch: the same log-probability of each target and </s>
 
 Length penalty. CTranslate2 divides a finished hypothesis' log-probability by |Y|^α; we divide by
 GNMT's ((5 + |Y|) / 6)^α (Wu et al. 2016), |Y| counting </s>. No α makes one the other, so the
@@ -62,6 +69,7 @@ from ..export.spec import import_ctranslate2
 from ..model.transformer import Transformer
 from ..model_dir import load_checkpoint, model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
+from .score import ScoreResult, score_with
 from .search import Hypothesis, gnmt_length_penalty, output_length_limits
 from .translate import TranslationResult, check_no_padding, translate_with
 
@@ -79,15 +87,18 @@ def translate_batch_options(
     """
     options: dict[str, Any] = {
         "max_input_length": 0,  # sources arrive already cut to max_positions (translate_with)
-        "min_decoding_length": 0,  # an empty translation is allowed, as in ours
+        "min_decoding_length": decode.min_len,  # 0: an empty translation is allowed, as in ours
         "suppress_sequences": [[pieces[PAD_ID]], [pieces[BOS_ID]]],
         "return_scores": True,
         "return_end_token": True,  # tells a finished hypothesis from one cut at the limit
+        "no_repeat_ngram_size": decode.no_repeat_ngram,
+        "repetition_penalty": decode.repetition_penalty,
+        "return_attention": decode.alignment,
     }
     if decode.sampling:
         return options | {"beam_size": 1, "num_hypotheses": decode.nbest, "length_penalty": 0.0,
-                          "sampling_topk": decode.top_k, "sampling_temperature":
-                          decode.temperature}  # fmt: skip
+                          "sampling_topk": decode.top_k, "sampling_topp": decode.top_p,
+                          "sampling_temperature": decode.temperature}  # fmt: skip
     if decode.beam_size == 1:
         return options | {"beam_size": 1, "num_hypotheses": 1, "length_penalty": 0.0}
     finished = round(decode.beam_size * patience)  # all of them come back, for GNMT re-ranking
@@ -105,11 +116,13 @@ class CTranslate2Engine:
     config: RunConfig  # the run's config (model, data, decode)
     path: Path  # the export folder, or the checkpoint folder converted on the fly
     patience: float = PATIENCE
+    alignment_heads: int | None = None  # heads its attention averages (None: all of them)
     name = "ctranslate2"
 
     def __post_init__(self) -> None:
         self._src_pieces = self.tokenizers.src.vocabulary()  # id -> piece
-        self._tgt_ids = {p: i for i, p in enumerate(self.tokenizers.tgt.vocabulary())}
+        self._tgt_pieces = self.tokenizers.tgt.vocabulary()
+        self._tgt_ids = {p: i for i, p in enumerate(self._tgt_pieces)}
         self._special = {i: self.tokenizers.tgt.id_to_piece(i) for i in (PAD_ID, BOS_ID)}
         self._options = translate_batch_options(self.decode, self._special, self.patience)
 
@@ -127,19 +140,42 @@ class CTranslate2Engine:
         return sum(p.numel() for p in model.parameters())
 
     def translate(
-        self, sentences: list[str], decode: DecodeConfig | None = None
+        self,
+        sentences: list[str],
+        decode: DecodeConfig | None = None,
+        prefixes: list[str] | None = None,
     ) -> TranslationResult:
         """Translates ``sentences`` exactly as the torch engine's ``translate`` does, text-wise,
-        with ``decode`` (default: this engine's own search)."""
+        with ``decode`` (default: this engine's own search) and ``prefixes``."""
+        d = decode or self.decode
         limit = self.config.model.max_positions
-        return translate_with(
-            lambda ids: self.search_ids(ids, decode), self.tokenizers, sentences, limit
-        )
+        return translate_with(lambda ids, forced: self.search_ids(ids, d, forced),
+                              self.tokenizers, sentences, limit, d, prefixes)  # fmt: skip
+
+    def score(
+        self, sources: list[str], targets: list[str], decode: DecodeConfig | None = None
+    ) -> ScoreResult:
+        """Each target's log-probability given its source, by CTranslate2's ``score_batch``."""
+        d = decode or self.decode
+
+        def run(src: list[list[int]], tgt: list[list[int]]) -> list[float]:
+            source = [[self._src_pieces[i] for i in ids] for ids in src]
+            target = [[self._tgt_pieces[i] for i in ids] for ids in tgt]
+            found = self.ct2.score_batch(source, target, max_batch_size=d.batch_size,
+                                         max_input_length=0)  # fmt: skip
+            return [sum(r.log_probs) for r in found]  # the pieces' and </s>'s
+
+        limit = self.config.model.max_positions
+        return score_with(run, self.tokenizers, sources, targets, limit, d.length_penalty)
 
     def search_ids(
-        self, sentences: list[list[int]], decode: DecodeConfig | None = None
+        self,
+        sentences: list[list[int]],
+        decode: DecodeConfig | None = None,
+        prefixes: list[list[int]] | None = None,
     ) -> list[list[Hypothesis]]:
-        """Source ids (pieces + EOS) -> up to ``nbest`` hypotheses each, best first.
+        """Source ids (pieces + EOS), and target prefix ids ([] for none) -> up to ``nbest``
+        hypotheses each, best first.
 
         One ``translate_batch`` call for all of them (CTranslate2 sorts them by length, cuts
         batches of ``batch_size`` sentences and decodes ``inter_threads`` batches at once), at
@@ -150,6 +186,10 @@ class CTranslate2Engine:
         2.8x slower on Multi30k, where the limit is source length + 50.)
         """
         d = decode or self.decode
+        heads = self.config.model.n_heads
+        if d.alignment and self.alignment_heads not in (None, heads):
+            raise UserError(f"alignment: this ctranslate2 export averages {self.alignment_heads} "
+                            f"of {heads} heads; export the model again for alignments")  # fmt: skip
         options = self._options
         if d != self.decode:
             options = translate_batch_options(d, self._special, self.patience)
@@ -158,41 +198,67 @@ class CTranslate2Engine:
             return []
         src_ids = pad(sentences)  # (B, S), only to count real tokens as the torch search does
         max_positions = self.config.model.max_positions
-        limits = output_length_limits(src_ids, d.max_len_a, d.max_len_b, max_positions).tolist()
+        forced = prefixes or [[] for _ in sentences]
+        room = torch.tensor([max(d.min_len, len(p)) for p in forced])  # (B,)
+        limits = output_length_limits(src_ids, d.max_len_a, d.max_len_b, max_positions, room)
+        limits = limits.tolist()
         if min(limits) < 1:
             raise UserError(
                 f"the ctranslate2 engine needs room for one output token; max_len_a "
                 f"{d.max_len_a} and max_len_b {d.max_len_b} allow {min(limits)}"
             )
         source = [[self._src_pieces[i] for i in ids] for ids in sentences]
+        target = [[self._tgt_pieces[i] for i in p] or None for p in forced]
         batch = {"max_batch_size": d.batch_size, "batch_type": "examples"} | options
         budget = max(limits)
-        results = self.ct2.translate_batch(source, max_decoding_length=budget, **batch)
+        results = self._translate(source, target, prefixes, budget, batch)
         again: dict[int, list[int]] = defaultdict(list)  # limit -> rows to decode again
         for row, (result, limit) in enumerate(zip(results, limits, strict=True)):
             if limit < budget and max(map(len, result.hypotheses), default=0) >= limit:
                 again[limit].append(row)  # steps counted with </s> (return_end_token)
         for limit, rows in again.items():
-            exact = self.ct2.translate_batch(
-                [source[row] for row in rows], max_decoding_length=limit, **batch
-            )
+            exact = self._translate([source[row] for row in rows], [target[row] for row in rows],
+                                    prefixes, limit, batch)  # fmt: skip
             for row, result in zip(rows, exact, strict=True):
                 results[row] = result
-        return [self._hypotheses(r.hypotheses, r.scores, d) for r in results]
+        prefix_log_probs = self._prefix_log_probs(source, target)
+        return [self._hypotheses(r, d, lp) for r, lp in zip(results, prefix_log_probs, strict=True)]
 
-    def _hypotheses(
-        self, outputs: list[list[str]], scores: list[float], decode: DecodeConfig
-    ) -> list[Hypothesis]:
-        """CTranslate2's hypotheses as ours: ids without </s>, GNMT-ranked for beam search."""
+    def _translate(
+        self, source: list, target: list, prefixes: list | None, limit: int, batch: dict
+    ) -> list:
+        """One ``translate_batch`` call (with ``target_prefix`` only if there are prefixes)."""
+        with_prefix = {"target_prefix": target} if prefixes else {}
+        return self.ct2.translate_batch(source, max_decoding_length=limit, **with_prefix, **batch)
+
+    def _prefix_log_probs(self, source: list[list[str]], target: list) -> list[float]:
+        """log P(prefix | source) of each row (0 without one), by ``score_batch``: CTranslate2
+        leaves the prefix out of a hypothesis' score; ours counts it."""
+        rows = [row for row, pieces in enumerate(target) if pieces]
+        found = [0.0] * len(source)
+        if rows:
+            scored = self.ct2.score_batch([source[r] for r in rows], [target[r] for r in rows],
+                                          max_input_length=0)  # fmt: skip
+            for row, result in zip(rows, scored, strict=True):
+                found[row] = sum(result.log_probs[: len(target[row])])  # without its </s>
+        return found
+
+    def _hypotheses(self, result: Any, decode: DecodeConfig, prefix_log_prob: float) -> list:
+        """CTranslate2's hypotheses as ours: ids without </s>, the prefix counted in the score,
+        GNMT-ranked for beam search, with attention when asked for."""
         beam = not decode.sampling and decode.beam_size > 1
         alpha = decode.length_penalty if beam else 0.0
         hypotheses = []
-        for pieces, score in zip(outputs, scores, strict=True):
+        for k, (pieces, score) in enumerate(zip(result.hypotheses, result.scores, strict=True)):
             ids = [self._tgt_ids[p] for p in pieces]
             tokens = ids[:-1] if ids and ids[-1] == EOS_ID else ids
-            log_prob = score * max(len(ids), 1) ** alpha  # undo CTranslate2's |Y|^α
+            # undo CTranslate2's |Y|^α (|Y|: prefix, tokens and </s>), add the prefix
+            log_prob = score * max(len(ids), 1) ** alpha + prefix_log_prob
             lp = gnmt_length_penalty(len(tokens) + 1, alpha)  # |Y| counts </s>, as in ours
-            hypotheses.append(Hypothesis(tokens, score=log_prob / lp, log_prob=log_prob))
+            hypothesis = Hypothesis(tokens, score=log_prob / lp, log_prob=log_prob)
+            if decode.alignment:
+                hypothesis.attention = torch.tensor(result.attention[k])  # (steps, S)
+            hypotheses.append(hypothesis)
         hypotheses.sort(key=lambda h: h.score, reverse=True)
         return hypotheses[: decode.nbest]
 
@@ -214,9 +280,10 @@ def load_ctranslate2(
     """
     ct2 = import_ctranslate2()
     path = Path(model_dir)
+    heads = None  # a model converted here averages every head
     if is_export(path):
         info = read_export(path)
-        tokenizers, config = Tokenizers.load(path), info.config
+        tokenizers, config, heads = Tokenizers.load(path), info.config, info.alignment_heads
         model = _ct2_model(ct2, path, runtime, info.quantization)
     else:
         with _torch_on_one_thread():
@@ -227,7 +294,7 @@ def load_ctranslate2(
                 save_model(loaded.model, tokenizers, config, Path(folder), "float32", str(path))
                 model = _ct2_model(ct2, Path(folder), runtime, "float32")  # into memory
     decode = config.decode.with_search(**search)
-    return CTranslate2Engine(model, tokenizers, decode, config, path)
+    return CTranslate2Engine(model, tokenizers, decode, config, path, alignment_heads=heads)
 
 
 @contextmanager

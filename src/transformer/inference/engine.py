@@ -2,9 +2,10 @@
 CTranslate2's (``CTranslate2Engine``, ctranslate2.py), behind one interface, ``Engine``.
 
 An engine is a model ready to translate: its tokenizers, its default search (the model's saved
-decode config with any options on top), and ``translate(sentences, decode) ->
-TranslationResult``. ``load_engine`` loads either from a model directory (or one of its
-checkpoint folders, or an exported model for CTranslate2). Both go through ``translate_with``,
+decode config with any options on top), ``translate(sentences, decode, prefixes) ->
+TranslationResult`` and ``score(sources, targets, decode) -> ScoreResult`` (score.py).
+``load_engine`` loads either from a model directory (or one of its checkpoint folders, or an
+exported model for CTranslate2). Both go through ``translate_with``,
 so empty lines, truncation and line alignment are the same whichever runs.
 """
 
@@ -21,6 +22,7 @@ from ..device import autocast, prepare_runtime
 from ..errors import UserError
 from ..model.transformer import Transformer
 from ..model_dir import load_checkpoint, model_dir_of
+from .score import ScoreResult, score_ids, score_with
 from .translate import TranslationResult, translate
 
 
@@ -49,12 +51,32 @@ class TorchEngine:
         return sum(p.numel() for p in self.model.parameters())
 
     def translate(
-        self, sentences: list[str], decode: DecodeConfig | None = None
+        self,
+        sentences: list[str],
+        decode: DecodeConfig | None = None,
+        prefixes: list[str] | None = None,
     ) -> TranslationResult:
         """Translates with the torch model, in the runtime's precision, with ``decode`` (default:
-        this engine's own search)."""
+        this engine's own search); ``prefixes`` (one per sentence, "" for none) start the
+        outputs."""
         with self.precision():
-            return translate(self.model, self.tokenizers, sentences, decode or self.decode)
+            return translate(
+                self.model, self.tokenizers, sentences, decode or self.decode, prefixes
+            )
+
+    def score(
+        self, sources: list[str], targets: list[str], decode: DecodeConfig | None = None
+    ) -> ScoreResult:
+        """The model's log-probability of each target given its source (score.py);
+        ``decode`` gives the length penalty and the batch limits."""
+        d = decode or self.decode
+
+        def run(src: list[list[int]], tgt: list[list[int]]) -> list[float]:
+            return score_ids(self.model, src, tgt, d.max_source_tokens, d.batch_size)
+
+        with self.precision():
+            limit = self.model.config.max_positions
+            return score_with(run, self.tokenizers, sources, targets, limit, d.length_penalty)
 
 
 class Engine(Protocol):
@@ -74,8 +96,15 @@ class Engine(Protocol):
     def parameters(self) -> int: ...  # the model's parameter count
 
     def translate(
-        self, sentences: list[str], decode: DecodeConfig | None = None
+        self,
+        sentences: list[str],
+        decode: DecodeConfig | None = None,
+        prefixes: list[str] | None = None,
     ) -> TranslationResult: ...
+
+    def score(
+        self, sources: list[str], targets: list[str], decode: DecodeConfig | None = None
+    ) -> ScoreResult: ...
 
 
 ENGINES = ("torch", "ctranslate2")

@@ -1,8 +1,10 @@
 """Greedy search and sampling: one hypothesis per sentence, one token per step.
 
 Greedy search takes the most likely next token; sampling draws it from the model's distribution,
-sharpened or flattened by a temperature and cut to the top k (Fan et al. 2018). Both stop a
-sentence at EOS and follow the shared rules of ``search.py``.
+sharpened or flattened by a temperature and cut to the top k (Fan et al. 2018) or to the
+nucleus of probability p (Holtzman et al. 2020). Both stop a sentence at EOS and follow the
+shared rules of ``search.py`` and ``constraints.py`` (a forced prefix, a minimum length, n-gram
+and repetition controls).
 
 Shapes: B batch, S source length, N sentences still running, V target vocabulary.
 """
@@ -16,7 +18,15 @@ from torch import Tensor, nn
 
 from ..config import DecodeConfig
 from ..vocab import EOS_ID
-from .search import Hypothesis, RunningBatch, evaluating, force_eos, max_output_lengths
+from .constraints import SearchRules, nucleus
+from .search import (
+    Hypothesis,
+    RunningBatch,
+    evaluating,
+    force_eos,
+    max_output_lengths,
+    room_needed,
+)
 
 
 def _search_one_path(
@@ -25,13 +35,15 @@ def _search_one_path(
     pick: Callable[[Tensor], Tensor],
     config: DecodeConfig,
     use_cache: bool,
+    prefix: Tensor | None,
 ) -> list[Hypothesis]:
     """Greedy search and sampling: one hypothesis per sentence, next token = pick(log_probs)."""
     if src_ids.size(0) == 0:
         return []
     memory, src_mask = model.encode(src_ids)
-    max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b)  # (B,)
-    batch = RunningBatch(model, memory, src_mask, use_cache)
+    room = room_needed(config.min_len, prefix)
+    max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b, room)  # (B,)
+    batch = RunningBatch(model, memory, src_mask, use_cache, SearchRules.of(config), prefix)
     running = torch.arange(src_ids.size(0), device=src_ids.device)  # sentence of each row (N,)
     log_prob = torch.zeros(src_ids.size(0), device=src_ids.device)  # (N,)
     results: dict[int, Hypothesis] = {}
@@ -61,20 +73,25 @@ def greedy_search(
     src_ids: Tensor,
     config: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     use_cache: bool = True,
+    prefix: Tensor | None = None,
 ) -> list[Hypothesis]:
     """The most likely next token at every step, until EOS.
 
     Args:
         model: a ``Transformer`` (or anything with encode/decode/new_cache/log_probs).
         src_ids: source ids (B, S), right-padded with PAD_ID.
-        config: ``max_len_a`` and ``max_len_b`` are used: at most floor(a · src_len + b)
-            tokens before EOS.
+        config: ``max_len_a`` and ``max_len_b`` (at most floor(a · src_len + b) tokens before
+            EOS), ``min_len``, ``no_repeat_ngram`` and ``repetition_penalty`` are used.
         use_cache: decode incrementally with the key/value cache (False: re-run the prefix).
+        prefix: (B, P) target ids each output must start with, right-padded with PAD_ID; the
+            search continues from them, and their log-probabilities count in the score.
     Shape:
         returns B hypotheses, in the order of src_ids; score = log_prob.
     """
     with evaluating(model):
-        return _search_one_path(model, src_ids, lambda lp: lp.argmax(dim=-1), config, use_cache)
+        return _search_one_path(
+            model, src_ids, lambda lp: lp.argmax(dim=-1), config, use_cache, prefix
+        )
 
 
 def sample(
@@ -83,30 +100,32 @@ def sample(
     config: DecodeConfig = DecodeConfig(sampling=True),  # noqa: B008 (frozen)
     generator: torch.Generator | None = None,
     use_cache: bool = True,
+    prefix: Tensor | None = None,
 ) -> list[Hypothesis]:
     """Draws each next token from the model's distribution, sharpened or flattened.
 
     The token is drawn from softmax(log p / temperature) restricted to the ``top_k`` most likely
-    tokens; temperature < 1 moves towards greedy search, > 1 towards uniform.
+    tokens, then to the nucleus of probability ``top_p``; temperature < 1 moves towards greedy
+    search, > 1 towards uniform.
 
     Args:
-        config: ``temperature`` (> 0), ``top_k`` (0: the whole vocabulary), ``max_len_a`` and
-            ``max_len_b`` are used.
+        config: ``temperature`` (> 0), ``top_k`` (0: the whole vocabulary), ``top_p`` (1: no
+            nucleus) and the rules ``greedy_search`` uses.
         generator: a seeded ``torch.Generator`` makes the samples reproducible.
         Others as in ``greedy_search``.
     Shape:
-        returns B hypotheses; log_prob (= score) is under the model itself, not the
-        temperature-scaled or truncated distribution.
+        returns B hypotheses; log_prob (= score) is under the model (with the rules of
+        ``constraints.py``), not the temperature-scaled or truncated distribution.
     """
-    temperature, top_k = config.temperature, config.top_k
+    temperature, top_k, top_p = config.temperature, config.top_k, config.top_p
 
     def pick(log_probs: Tensor) -> Tensor:
         scaled = log_probs / temperature  # (N, V)
         if top_k:
             kth_best = scaled.topk(min(top_k, scaled.size(-1)), dim=-1).values[:, -1:]  # (N, 1)
             scaled = scaled.masked_fill(scaled < kth_best, float("-inf"))
-        probs = scaled.softmax(dim=-1)
+        probs = nucleus(scaled, top_p).softmax(dim=-1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (N,)
 
     with evaluating(model):
-        return _search_one_path(model, src_ids, pick, config, use_cache)
+        return _search_one_path(model, src_ids, pick, config, use_cache, prefix)

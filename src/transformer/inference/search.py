@@ -8,8 +8,11 @@ kept to check that the cache changes nothing.
 
 Shared rules of every search:
 - a sentence may produce at most ``max_len_a · src_len + b`` tokens (src_len counts its real,
-  non-pad source tokens), then EOS is forced, so every hypothesis ends with EOS;
+  non-pad source tokens; raised to make room for ``min_len`` and a forced prefix), then EOS is
+  forced, so every hypothesis ends with EOS;
 - PAD and BOS are never generated;
+- the rules of ``constraints.py`` (prefix, minimum length, n-gram and repetition controls) act
+  on every step's scores;
 - a sentence that has finished leaves the running batch (``cache.keep``), so later steps only
   pay for the sentences still being decoded;
 - the model runs under ``torch.inference_mode()`` in eval mode; its train/eval mode is restored.
@@ -27,12 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
+from .constraints import SearchRules
 
 
 @dataclass
@@ -42,6 +46,9 @@ class Hypothesis:
     tokens: list[int]  # generated ids, without BOS and without the final EOS
     score: float  # beam search: log_prob / lp(len(tokens) + 1); greedy and sampling: log_prob
     log_prob: float  # log P(tokens + EOS | source) under the model
+    # (len(tokens) + 1, src_len): attention of the steps that produced each token and EOS,
+    # averaged as alignment.py says; set only when alignments are asked for
+    attention: Tensor | None = field(default=None, compare=False, repr=False)
 
 
 def gnmt_length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
@@ -66,23 +73,37 @@ def evaluating(model: nn.Module) -> Iterator[None]:
             module.training = training
 
 
-def max_output_lengths(model: nn.Module, src_ids: Tensor, a: float, b: int) -> Tensor:
-    """Most tokens (before EOS) each sentence may produce: floor(a · src_len + b), (B,).
+def max_output_lengths(
+    model: nn.Module, src_ids: Tensor, a: float, b: int, at_least: Tensor | int = 0
+) -> Tensor:
+    """Most tokens (before EOS) each sentence may produce: floor(a · src_len + b), (B,), at
+    least ``at_least`` (room for min_len and a prefix).
 
     Capped so that the decoder input <s> y1 .. y_max fits in the model's positions.
     """
     max_positions = getattr(getattr(model, "config", None), "max_positions", None)
-    return output_length_limits(src_ids, a, b, max_positions)
+    return output_length_limits(src_ids, a, b, max_positions, at_least)
 
 
-def output_length_limits(src_ids: Tensor, a: float, b: int, max_positions: int | None) -> Tensor:
-    """floor(a · src_len + b) per sentence of src_ids (B, S), src_len counting its non-pad
-    tokens, capped at max_positions - 1 (None: no cap): (B,). Every engine uses this rule."""
+def output_length_limits(
+    src_ids: Tensor, a: float, b: int, max_positions: int | None, at_least: Tensor | int = 0
+) -> Tensor:
+    """max(floor(a · src_len + b), at_least) per sentence of src_ids (B, S), src_len counting
+    its non-pad tokens, capped at max_positions - 1 (None: no cap): (B,). Every engine uses
+    this rule."""
     src_len = (src_ids != PAD_ID).sum(dim=1)  # (B,)
     lengths = (a * src_len + b).floor().long()
+    lengths = torch.maximum(lengths, torch.as_tensor(at_least, device=lengths.device))
     if max_positions is not None:
         lengths = lengths.clamp(max=max_positions - 1)
     return lengths
+
+
+def room_needed(min_len: int, prefix: Tensor | None) -> Tensor | int:
+    """The output length each sentence needs at least: min_len, and its prefix's length (B,)."""
+    if prefix is None:
+        return min_len
+    return (prefix != PAD_ID).sum(dim=1).clamp(min=min_len)  # (B,)
 
 
 def force_eos(log_probs: Tensor, at_limit: Tensor) -> None:
@@ -99,23 +120,34 @@ def force_eos(log_probs: Tensor, at_limit: Tensor) -> None:
 
 
 class RunningBatch:
-    """The rows being decoded: their decoder inputs so far and what decoding them needs."""
+    """The rows being decoded: their decoder inputs so far and what decoding them needs.
 
-    def __init__(self, model: nn.Module, memory: Tensor, src_mask: Tensor, use_cache: bool):
+    ``rules`` act on every step's scores; ``prefix`` (rows, P), right-padded with PAD_ID, holds
+    the tokens each row is forced to start with (``constraints.py``).
+    """
+
+    def __init__(
+        self, model: nn.Module, memory: Tensor, src_mask: Tensor, use_cache: bool,
+        rules: SearchRules = SearchRules(), prefix: Tensor | None = None,  # noqa: B008 (frozen)
+    ):  # fmt: skip
         self.model = model
         self.memory, self.src_mask = memory, src_mask  # (rows, S, D), (rows, 1, 1, S)
         self.cache = model.new_cache() if use_cache else None
         self.tokens = torch.full((memory.size(0), 1), BOS_ID, device=src_mask.device)  # (rows, 1)
+        self.rules, self.prefix = rules, prefix
 
     def next_log_probs(self) -> Tensor:
-        """log P(next token | source, prefix) for every row, PAD and BOS banned: (rows, V)."""
+        """log P(next token | source, tokens so far) for every row, PAD and BOS banned and the
+        search rules applied: (rows, V)."""
         if self.cache is None:  # the whole prefix again
             logits = self.model.decode(self.tokens, self.memory, self.src_mask)  # (rows, t+1, V)
         else:  # only the newest token; earlier keys/values come from the cache
             new = self.tokens[:, -1:]  # (rows, 1)
             logits = self.model.decode(new, self.memory, self.src_mask, self.cache)
-        log_probs = self.model.log_probs(logits[:, -1])  # (rows, V)
+        logits = self.rules.penalize(logits[:, -1], self.tokens)  # (rows, V)
+        log_probs = self.model.log_probs(logits)  # (rows, V)
         log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
+        self.rules.restrict(log_probs, self.tokens, self.prefix)
         return log_probs
 
     def append(self, next_tokens: Tensor) -> None:
@@ -130,6 +162,8 @@ class RunningBatch:
         move too (``cache.keep``): rows of finished sentences leave the batch.
         """
         self.tokens = self.tokens.index_select(0, rows)
+        if self.prefix is not None:
+            self.prefix = self.prefix.index_select(0, rows)
         if same_sentences:
             if self.cache is not None:
                 self.cache.reorder(rows)

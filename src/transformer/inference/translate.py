@@ -9,8 +9,9 @@ Source sentences become SentencePiece ids followed by EOS; a sentence longer tha
 positions allow (``max_positions`` tokens) is truncated to fit, and the caller is told which
 lines were, so the command line can warn: never a silent change, never a crash mid-file.
 Empty sentences translate to empty strings without running the model. ``translate_with`` does
-this around any engine's search (ours, or CTranslate2's in ``export/engine.py``), so every
-engine treats lines alike.
+this around any engine's search (ours, or CTranslate2's in ``ctranslate2.py``), so every
+engine treats lines alike; it also tokenizes target prefixes (``constraints.py``) and turns
+attention into word alignments (``alignment.py``).
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ from torch import Tensor, nn
 from ..config import DecodeConfig
 from ..data.batching import encode_source, length_batches, pad
 from ..data.tokenizer import Tokenizers
+from ..errors import BadValue, UserError
 from ..model.transformer import Transformer
 from ..vocab import PAD_ID
+from .alignment import attach_attention, word_alignment
 from .beam import beam_search
 from .greedy import greedy_search, sample
 from .search import Hypothesis
 
-SearchIds = Callable[[list[list[int]]], list[list[Hypothesis]]]  # source ids -> hypotheses
+# (source ids, target prefix ids or None) -> hypotheses per sentence
+SearchIds = Callable[[list[list[int]], list[list[int]] | None], list[list[Hypothesis]]]
 
 
 def translate_ids(
@@ -40,6 +44,7 @@ def translate_ids(
     config: DecodeConfig,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
+    prefixes: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decodes many source sentences, in batches of similar length, as ``config`` says.
 
@@ -52,13 +57,16 @@ def translate_ids(
         config: the search and its limits: at most ``batch_size`` sentences and
             ``max_source_tokens`` padded source tokens per batch (a longer sentence goes alone).
         generator: the random source for sampling.
+        prefixes: per sentence, the target ids its output must start with ([]: none).
     Shape:
         returns one list of up to ``nbest`` hypotheses per sentence, best score first.
     """
     device = next(iter(model.parameters()), torch.empty(0)).device  # CPU for a parameterless stub
 
-    def run(batch: list[list[int]]) -> list[list[Hypothesis]]:
-        return search(model, pad(batch, device), config, use_cache, generator)  # (B, S) in
+    def run(indices: list[int]) -> list[list[Hypothesis]]:
+        src_ids = pad([sentences[i] for i in indices], device)  # (B, S)
+        prefix = pad([prefixes[i] for i in indices], device) if prefixes else None  # (B, P)
+        return search(model, src_ids, config, use_cache, generator, prefix)
 
     return in_length_batches(sentences, config, run)
 
@@ -71,16 +79,18 @@ def check_no_padding(sentences: list[list[int]]) -> None:
 
 
 def in_length_batches(
-    sentences: list[list[int]], config: DecodeConfig, run: SearchIds
+    sentences: list[list[int]],
+    config: DecodeConfig,
+    run: Callable[[list[int]], list[list[Hypothesis]]],
 ) -> list[list[Hypothesis]]:
     """Runs ``run`` on batches of sentences of similar length; results in input order.
 
-    Sorting by length keeps padding, and so wasted work, small. Every engine batches this way.
+    Sorting by length keeps padding, and so wasted work, small.
 
     Args:
         sentences: source ids (pieces + EOS), no PAD_ID.
         config: ``batch_size`` and ``max_source_tokens`` bound each batch.
-        run: decodes one batch (a list of source id lists) into hypotheses per sentence.
+        run: decodes one batch (the indices of its sentences) into hypotheses per sentence.
     """
     check_no_padding(sentences)
     lengths = [len(ids) for ids in sentences]
@@ -89,7 +99,7 @@ def in_length_batches(
     results: dict[int, list[Hypothesis]] = {}
     batches = length_batches(widths, None, order, config.max_source_tokens, config.batch_size)
     for indices in (batch.tolist() for batch in batches):
-        found = run([sentences[i] for i in indices])
+        found = run(indices)
         results.update(zip(indices, found, strict=True))
     return [results[i] for i in range(len(sentences))]
 
@@ -100,17 +110,25 @@ def search(
     config: DecodeConfig,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
+    prefix: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """One batch (B, S) through the search that the config asks for: sampling (``nbest``
-    samples per sentence), greedy search (``beam_size`` 1) or beam search."""
+    samples per sentence), greedy search (``beam_size`` 1) or beam search; ``prefix`` (B, P),
+    right-padded, is forced at the start of the outputs. With ``config.alignment`` every
+    hypothesis gets its ``attention`` (``alignment.py``)."""
     if config.sampling:
         n = config.nbest
         repeated = src_ids.repeat_interleave(n, dim=0)  # (B·n, S): n samples per sentence
-        drawn = sample(model, repeated, config, generator, use_cache)
-        return [sorted(drawn[i : i + n], key=lambda h: -h.score) for i in range(0, len(drawn), n)]
-    if config.beam_size == 1:
-        return [[hyp] for hyp in greedy_search(model, src_ids, config, use_cache)]
-    return beam_search(model, src_ids, config, use_cache)
+        prefixes = prefix.repeat_interleave(n, dim=0) if prefix is not None else None  # (B·n, P)
+        drawn = sample(model, repeated, config, generator, use_cache, prefixes)
+        found = [sorted(drawn[i : i + n], key=lambda h: -h.score) for i in range(0, len(drawn), n)]
+    elif config.beam_size == 1:
+        found = [[hyp] for hyp in greedy_search(model, src_ids, config, use_cache, prefix)]
+    else:
+        found = beam_search(model, src_ids, config, use_cache, prefix)
+    if config.alignment:
+        attach_attention(model, src_ids, found)
+    return found
 
 
 @dataclass
@@ -118,6 +136,7 @@ class Translation:
     text: str
     score: float  # length-penalised log-probability (beam) or log-probability (greedy, sampling)
     tokens: list[int]
+    alignment: list[tuple[int, int]] | None = None  # (source word, target word), when asked
 
 
 @dataclass
@@ -131,26 +150,52 @@ class TranslationResult:
 
 
 def translate(
-    model: Transformer, tokenizers: Tokenizers, sentences: list[str], decode: DecodeConfig
+    model: Transformer,
+    tokenizers: Tokenizers,
+    sentences: list[str],
+    decode: DecodeConfig,
+    prefixes: list[str] | None = None,
 ) -> TranslationResult:
-    """Translates ``sentences`` (any number; batched by length inside) with the torch model."""
+    """Translates ``sentences`` (any number; batched by length inside) with the torch model;
+    ``prefixes``, one per sentence ("" for none), start the outputs."""
 
-    def search_ids(ids: list[list[int]]) -> list[list[Hypothesis]]:
-        return translate_ids(model, ids, decode)
+    def search_ids(
+        ids: list[list[int]], prefix_ids: list[list[int]] | None
+    ) -> list[list[Hypothesis]]:
+        return translate_ids(model, ids, decode, prefixes=prefix_ids)
 
-    return translate_with(search_ids, tokenizers, sentences, model.config.max_positions)
+    return translate_with(search_ids, tokenizers, sentences, model.config.max_positions, decode,
+                          prefixes)  # fmt: skip
 
 
 def translate_with(
-    search_ids: SearchIds, tokenizers: Tokenizers, sentences: list[str], max_positions: int
+    search_ids: SearchIds,
+    tokenizers: Tokenizers,
+    sentences: list[str],
+    max_positions: int,
+    decode: DecodeConfig,
+    prefixes: list[str] | None = None,
 ) -> TranslationResult:
-    """Text in, text out around any engine's ``search_ids`` (source ids -> hypotheses).
+    """Text in, text out around any engine's ``search_ids`` (source ids, prefix ids ->
+    hypotheses).
 
     Empty sentences translate to "" without running the engine; a sentence longer than
     ``max_positions`` tokens (pieces + EOS) is cut to fit, keeping its EOS, and reported in
     ``truncated``. Every engine goes through here, so they treat lines alike.
+
+    Args:
+        decode: the search; ``min_len`` is checked against the model's positions here, and
+            ``alignment`` turns each hypothesis' attention into word links.
+        prefixes: one per sentence ("" for none), tokenized with the target tokenizer; a prefix
+            must leave room for EOS within ``max_positions``.
     """
-    todo, ids, truncated = [], [], []
+    if decode.min_len > max_positions - 1:
+        raise BadValue(f"min_len {decode.min_len} is above the model's length limit "
+                       f"({max_positions - 1} tokens)")  # fmt: skip
+    if prefixes is not None and len(prefixes) != len(sentences):
+        raise UserError(f"{len(prefixes)} prefixes for {len(sentences)} sentences; give one per "
+                        "sentence (an empty one for none)")  # fmt: skip
+    todo, ids, prefix_ids, truncated = [], [], [], []
     for i, sentence in enumerate(sentences):
         if not sentence.strip():
             continue
@@ -158,12 +203,30 @@ def translate_with(
         if len(pieces) > max_positions:
             pieces = [*pieces[: max_positions - 1], pieces[-1]]  # keep the EOS
             truncated.append(i)
+        forced = tokenizers.tgt.encode(prefixes[i]) if prefixes and prefixes[i].strip() else []
+        if len(forced) > max_positions - 1:
+            raise UserError(f"prefix {i + 1} has {len(forced)} pieces; the model's outputs hold "
+                            f"at most {max_positions - 1}")  # fmt: skip
         todo.append(i)
         ids.append(pieces)
-    nbest: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in sentences]
+        prefix_ids.append(forced)
+    empty = [] if decode.alignment else None
+    nbest: list[list[Translation]] = [[Translation("", 0.0, [], empty)] for _ in sentences]
     if ids:
-        for i, hypotheses in zip(todo, search_ids(ids), strict=True):
-            nbest[i] = [
-                Translation(tokenizers.tgt.decode(h.tokens), h.score, h.tokens) for h in hypotheses
-            ]
+        found = search_ids(ids, prefix_ids if any(prefix_ids) else None)
+        for i, source, hypotheses in zip(todo, ids, found, strict=True):
+            nbest[i] = [_translation(h, source, tokenizers, decode.alignment) for h in hypotheses]
     return TranslationResult(nbest, truncated)
+
+
+def _translation(
+    h: Hypothesis, source: list[int], tokenizers: Tokenizers, align: bool
+) -> Translation:
+    """A hypothesis as text, with its word alignment when asked for (the engine then set its
+    attention)."""
+    text = tokenizers.tgt.decode(h.tokens)
+    if not align:
+        return Translation(text, h.score, h.tokens)
+    src_pieces = [tokenizers.src.id_to_piece(i) for i in source[:-1]]  # without </s>
+    tgt_pieces = [tokenizers.tgt.id_to_piece(i) for i in h.tokens]
+    return Translation(text, h.score, h.tokens, word_alignment(h.attention, src_pieces, tgt_pieces))

@@ -36,13 +36,18 @@ class Inspection:
 
 
 def inspect_sentence(
-    model: Transformer, tokenizers: Tokenizers, sentence: str, decode: DecodeConfig
+    model: Transformer,
+    tokenizers: Tokenizers,
+    sentence: str,
+    decode: DecodeConfig,
+    prefix: str | None = None,
 ) -> Inspection:
-    """Translates ``sentence`` and re-runs the model on (source, <s> + translation) to collect
-    the attention weights of every layer and head."""
+    """Translates ``sentence`` (starting with ``prefix``, if given) and re-runs the model on
+    (source, <s> + translation) to collect the attention weights of every layer and head."""
     if not sentence.strip():
         raise UserError("the sentence to inspect is empty")
-    best = translate(model, tokenizers, [sentence], replace(decode, nbest=1)).nbest[0][0]
+    prefixes = [prefix] if prefix else None
+    best = translate(model, tokenizers, [sentence], replace(decode, nbest=1), prefixes).nbest[0][0]
     src_ids = encode_source(tokenizers.src.encode(sentence))[: model.config.max_positions]
     tgt_ids = [BOS_ID, *best.tokens]
     device = next(model.parameters()).device  # the ids go where the weights are (a GPU too)

@@ -1,6 +1,7 @@
 """The HTTP API and the web page: a FastAPI app around one ``Batcher``.
 
-    POST /translate   sentences in, translations (n-best, scores) and the time taken out
+    POST /translate   sentences in, translations (n-best, scores, alignments) and the time out
+    POST /score       (source, target) pairs in, the model's log-probability of each out
     POST /attention   the encoder-decoder attention weights of one sentence, for the page
     GET  /info        languages, configs, parameter count and engine
     GET  /health      readiness, and how many requests are in flight
@@ -45,7 +46,9 @@ from starlette.exceptions import HTTPException
 
 from ..config import DecodeConfig
 from ..errors import BadValue, UserError
+from ..inference.alignment import pharaoh
 from ..inference.engine import Engine, TorchEngine
+from ..inference.translate import Translation
 from ..inspect.attention import inspect_sentence
 from .batcher import Batcher, QueueFull, ShuttingDown
 from .config import ServeConfig
@@ -56,6 +59,8 @@ from .schema import (
     HealthResponse,
     Hypothesis,
     InfoResponse,
+    PairScore,
+    ScoreResponse,
     SentenceTranslation,
     TranslateResponse,
     request_models,
@@ -87,7 +92,8 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
     default = replace(engine.decode, max_source_tokens=config.batch_tokens)
     batcher = Batcher(engine, config.batch_tokens, config.max_wait_ms, config.max_queue)
     model_config = engine.config.model
-    TranslateRequest, AttentionRequest = request_models(config, model_config.max_positions)
+    requests = request_models(config, model_config.max_positions)
+    TranslateRequest, AttentionRequest, ScoreRequest = requests
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -130,21 +136,46 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
         start = time.perf_counter()
         sentences: list[str] = body.sentences
         request.state.log = _log_fields(sentences, config.log_text)
-        decode = _search(default, body.beam, body.nbest, body.max_len, body.sampling)
-        batched = await answer(lambda: batcher.translate(sentences, decode))
+        _check_prefixes(body.prefix, len(sentences), engine, model_config.max_positions)
+        same = {name: getattr(body, name) for name in _SAME_NAMES}
+        decode = _search(default, body.beam, body.nbest, body.max_len, body.sampling, **same)
+        batched = await answer(lambda: batcher.translate(sentences, decode, body.prefix))
         truncated = set(batched.result.truncated)
         translations = [
             SentenceTranslation(
                 text=options[0].text,
                 score=_finite(options[0].score),
-                nbest=[Hypothesis(text=o.text, score=_finite(o.score)) for o in options],
+                nbest=[Hypothesis(text=o.text, score=_finite(o.score), alignment=_pharaoh(o))
+                       for o in options],
                 truncated=i in truncated,
+                alignment=_pharaoh(options[0]),
             )  # fmt: skip
             for i, options in enumerate(batched.result.nbest)
-        ]
+        ]  # fmt: skip
         ms = (time.perf_counter() - start) * 1000
         return TranslateResponse(translations=translations, time_ms=ms,
                                  batch_sentences=batched.batch_sentences)  # fmt: skip
+
+    @app.post("/score", response_model=ScoreResponse, **protected,
+              responses=_errors(*keyed, 400, 413, 422, 429, 500, 503, 504))  # fmt: skip
+    async def score(body: ScoreRequest, request: Request) -> ScoreResponse:
+        """The model's log-probability of each target given its source (teacher-forced), total,
+        per token and length-penalised: for filtering data, reranking, checking a model."""
+        start = time.perf_counter()
+        request.state.log = _log_fields(body.sources, config.log_text)
+        if len(body.targets) != len(body.sources):
+            raise ApiError(422, "invalid_request", f"targets: {len(body.targets)} targets for "
+                           f"{len(body.sources)} sources; give one per source")  # fmt: skip
+        decode = default
+        if body.length_penalty is not None:
+            decode = replace(default, length_penalty=body.length_penalty)
+        found = await answer(lambda: batcher.call(
+            lambda: engine.score(body.sources, body.targets, decode)))  # fmt: skip
+        cut = set(found.truncated)
+        scores = [PairScore(log_prob=_finite(p.log_prob), per_token=_finite(p.per_token),
+                            score=_finite(p.penalised), tokens=p.tokens, truncated=i in cut)
+                  for i, p in enumerate(found.scores)]  # fmt: skip
+        return ScoreResponse(scores=scores, time_ms=(time.perf_counter() - start) * 1000)
 
     @app.post("/attention", response_model=AttentionResponse, **protected,
               responses=_errors(*keyed, 400, 413, 422, 429, 500, 501, 503, 504))  # fmt: skip
@@ -157,10 +188,13 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
                            f"server runs {engine.name} (serve --engine torch)")  # fmt: skip
         request.state.log = _log_fields([body.sentence], config.log_text)
         decode = _search(default, body.beam, 1, body.max_len, False)
+        prefix = body.prefix
+        _check_prefixes(None if prefix is None else [prefix], 1, engine, model_config.max_positions)
 
         def inspect() -> dict:
             with torch.inference_mode(), engine.precision():
-                seen = inspect_sentence(engine.model, engine.tokenizers, body.sentence, decode)
+                seen = inspect_sentence(engine.model, engine.tokenizers, body.sentence, decode,
+                                        prefix)  # fmt: skip
             # Rounded in float64: a float32 0.0001 would reach the JSON as 9.999999747378752e-05.
             weights = [layer.cross_attention[0].double() for layer in seen.maps.decoder]
             return {"translation": seen.translation, "source_tokens": seen.src_labels,
@@ -218,12 +252,17 @@ def _key_required(api_key: str | None) -> dict[str, Any]:
 _PAGE_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:"}
 
 
+# Request fields that are DecodeConfig fields of the same name and meaning.
+_SAME_NAMES = ("top_p", "min_len", "no_repeat_ngram", "repetition_penalty", "alignment")
+
+
 def _search(
     default: DecodeConfig, beam: int | None, nbest: int | None, max_len: int | None,
-    sampling: bool | None,
+    sampling: bool | None, **same: object,
 ) -> DecodeConfig:  # fmt: skip
-    """The server's default search with a request's options on top (422 if they conflict)."""
-    changes: dict[str, Any] = {}
+    """The server's default search with a request's options on top (422 if they conflict);
+    ``same``: DecodeConfig fields as the request gives them (None: the default)."""
+    changes: dict[str, Any] = {name: value for name, value in same.items() if value is not None}
     if sampling is not None:
         changes["sampling"] = sampling
     if beam is not None:
@@ -240,8 +279,30 @@ def _search(
                        f"({settings['beam_size']}) unless sampling")  # fmt: skip
     try:
         return replace(default, **changes)
-    except BadValue as error:  # e.g. a server started with --decode.nbest above this beam
+    except BadValue as error:  # e.g. min_len above max_len, or a server's own odd default
         raise ApiError(422, "invalid_request", str(error)) from None
+
+
+def _check_prefixes(
+    prefixes: list[str] | None, count: int, engine: Engine, max_positions: int
+) -> None:
+    """One prefix per sentence, each leaving room for </s>: checked before the request is
+    queued, so that a bad one cannot fail the requests decoded with it."""
+    if prefixes is None:
+        return
+    if len(prefixes) != count:
+        raise ApiError(422, "invalid_request", f"prefix: {len(prefixes)} for {count} sentences; "
+                       "give one per sentence ('' for none)")  # fmt: skip
+    for i, prefix in enumerate(prefixes):
+        pieces = len(engine.tokenizers.tgt.encode(prefix))
+        if pieces > max_positions - 1:
+            raise ApiError(422, "invalid_request", f"prefix.{i}: {pieces} pieces; the model's "
+                           f"outputs hold at most {max_positions - 1}")  # fmt: skip
+
+
+def _pharaoh(translation: Translation) -> str | None:
+    """The alignment as ``i-j ...``, or None when none was asked for."""
+    return None if translation.alignment is None else pharaoh(translation.alignment)
 
 
 def _finite(score: float) -> float | None:
@@ -291,6 +352,13 @@ _LIMITS = {
     ("beam", "less_than_equal"): " (serve.max_beam)",
     ("nbest", "less_than_equal"): " (serve.max_beam)",
     ("max_len", "less_than_equal"): " (the model's max_positions - 1)",
+    ("min_len", "less_than_equal"): " (the model's max_positions - 1)",
+    ("prefix", "too_long"): " (serve.max_sentences)",
+    ("prefix", "string_too_long"): " (serve.max_chars)",
+    ("sources", "too_long"): " (serve.max_sentences)",
+    ("sources", "string_too_long"): " (serve.max_chars)",
+    ("targets", "too_long"): " (serve.max_sentences)",
+    ("targets", "string_too_long"): " (serve.max_chars)",
 }
 
 

@@ -1,6 +1,7 @@
 """Dynamic batching: requests that arrive together are decoded together, by one worker thread.
 
-Each HTTP request submits a job (its sentences and its search settings) and waits on a Future.
+Each HTTP request submits a job (its sentences, their target prefixes if any, and its search
+settings) and waits on a Future.
 The worker takes the oldest job, then keeps taking jobs for up to ``max_wait_ms``, or until
 ``batch_tokens`` source tokens are taken; it decodes the sentences of all the jobs that share
 their search settings in one call to ``translate`` (which sorts them by length and cuts them
@@ -54,6 +55,7 @@ class _Job:
     sentences: list[str]
     decode: DecodeConfig | None  # None for a call
     tokens: int  # source tokens, for the batch budget
+    prefixes: list[str] | None = None  # one per sentence, or None
     future: Future = field(default_factory=Future)
     call: Callable[[], Any] | None = None
 
@@ -84,12 +86,15 @@ class Batcher:
         self._worker.start()
 
     # ------------------------------------------------------------------------- callers' side
-    def translate(self, sentences: list[str], decode: DecodeConfig) -> Future[Batched]:
-        """Queues ``sentences`` to be translated with ``decode``; the Future gets a ``Batched``."""
+    def translate(
+        self, sentences: list[str], decode: DecodeConfig, prefixes: list[str] | None = None
+    ) -> Future[Batched]:
+        """Queues ``sentences`` to be translated with ``decode`` (and ``prefixes``, one per
+        sentence); the Future gets a ``Batched``."""
         # Counting tokens encodes each sentence once more than translate() does: microseconds.
         encode = self.engine.tokenizers.src.encode
         tokens = sum(len(encode(s)) + 1 for s in sentences)  # + EOS
-        return self._submit(_Job(list(sentences), decode, tokens))
+        return self._submit(_Job(list(sentences), decode, tokens, prefixes))
 
     def call(self, function: Callable[[], Any]) -> Future:
         """Runs ``function`` on the worker (alone, in queue order); the Future gets its result."""
@@ -170,8 +175,11 @@ class Batcher:
     def _translate(self, group: list[_Job], decode: DecodeConfig) -> None:
         """The sentences of ``group`` in one call; each job gets its own slice back."""
         sentences = [s for job in group for s in job.sentences]
+        prefixes = None
+        if any(job.prefixes for job in group):
+            prefixes = [p for job in group for p in job.prefixes or [""] * len(job.sentences)]
         try:
-            result = self.engine.translate(sentences, decode)
+            result = self.engine.translate(sentences, decode, prefixes)
         except Exception as error:  # a bug: every caller hears of it, the worker goes on
             log.exception("translating a batch of %d sentences failed", len(sentences))
             for job in group:

@@ -23,12 +23,19 @@ class ErrorBody(BaseModel):
     message: str = Field(description="what is wrong, naming the value at fault")
 
 
+ALIGNMENT = (
+    "word alignment, when asked for: Pharaoh 'i-j' pairs (source word i, target "
+    "word j, 0-based; words split at spaces), from encoder-decoder attention"
+)
+
+
 class Hypothesis(BaseModel):
     text: str
     score: float | None = Field(
         description="log-probability (beam search: divided by the GNMT length penalty); "
         "null if it is not a finite number"
     )
+    alignment: str | None = Field(None, description=ALIGNMENT)
 
 
 class SentenceTranslation(BaseModel):
@@ -37,6 +44,7 @@ class SentenceTranslation(BaseModel):
     nbest: list[Hypothesis] = Field(description="the best `nbest` translations, best first")
     truncated: bool = Field(description="the sentence was longer than the model accepts and "
                             "only its beginning was translated")  # fmt: skip
+    alignment: str | None = Field(None, description=ALIGNMENT)
 
 
 class TranslateResponse(BaseModel):
@@ -61,6 +69,22 @@ class AttentionResponse(BaseModel):
     time_ms: float
 
 
+class PairScore(BaseModel):
+    log_prob: float | None = Field(
+        description="log P(target pieces + </s> | source), teacher-forced; null if not finite"
+    )
+    per_token: float | None = Field(description="log_prob per target token (</s> counted)")
+    score: float | None = Field(description="log_prob divided by the GNMT length penalty: the "
+                                "score beam search ranks by")  # fmt: skip
+    tokens: int = Field(description="target pieces + </s>")
+    truncated: bool = Field(description="the source was cut to fit the model")
+
+
+class ScoreResponse(BaseModel):
+    scores: list[PairScore] = Field(description="one per pair, in order")
+    time_ms: float
+
+
 class HealthResponse(BaseModel):
     status: str = Field(description="ok")
     in_flight: int = Field(description="requests being translated or waiting")
@@ -78,9 +102,11 @@ class InfoResponse(BaseModel):
     limits: dict[str, int | float] = Field(description="the request limits of this server")
 
 
-def request_models(config: ServeConfig, max_positions: int) -> tuple[type, type]:
-    """(TranslateRequest, AttentionRequest) with this server's limits in their schema."""
+def request_models(config: ServeConfig, max_positions: int) -> tuple[type, type, type]:
+    """(TranslateRequest, AttentionRequest, ScoreRequest) with this server's limits in their
+    schema."""
     sentence = Annotated[str, Field(max_length=config.max_chars)]
+    many = {"min_length": 1, "max_length": config.max_sentences}  # sentences per request
 
     def beam_field() -> Any:
         return Field(None, ge=1, le=config.max_beam, description="beam size; 1: greedy search")
@@ -90,19 +116,53 @@ def request_models(config: ServeConfig, max_positions: int) -> tuple[type, type]
 
     class TranslateRequest(BaseModel):
         model_config = STRICT
-        sentences: list[sentence] = Field(
-            min_length=1, max_length=config.max_sentences, description="one or more sentences"
-        )
+        sentences: list[sentence] = Field(**many, description="one or more sentences")
         beam: int | None = beam_field()
         nbest: int | None = Field(None, ge=1, le=config.max_beam,
                                   description="translations returned per sentence")  # fmt: skip
         max_len: int | None = max_len_field()
         sampling: bool | None = Field(None, description="sample instead of searching")
+        prefix: list[sentence] | None = Field(
+            None, max_length=config.max_sentences, description="one target prefix per sentence, "
+            "in order ('' for none): each translation starts with it, and its log-probability "
+            "counts in the score"
+        )  # fmt: skip
+        top_p: float | None = Field(
+            None,
+            gt=0,
+            le=1,
+            allow_inf_nan=False,
+            description=(
+                "sampling: only the fewest most likely tokens whose probability reaches p; 1: all"
+            ),
+        )
+        min_len: int | None = Field(None, ge=0, le=max_positions - 1,
+                                    description="no end before this many tokens")  # fmt: skip
+        no_repeat_ngram: int | None = Field(
+            None,
+            ge=0,
+            le=max_positions,
+            description=("no n-gram of target pieces twice in a translation; 0: off"),
+        )
+        repetition_penalty: float | None = Field(None, ge=0.01, le=100, allow_inf_nan=False,
+            description="tokens already produced have their logit divided by this (CTRL); "
+            "1: off")  # fmt: skip
+        alignment: bool | None = Field(None, description="also return word alignments")
 
     class AttentionRequest(BaseModel):
         model_config = STRICT
         sentence: str = Field(min_length=1, max_length=config.max_chars)
         beam: int | None = beam_field()
         max_len: int | None = max_len_field()
+        prefix: str | None = Field(
+            None, max_length=config.max_chars, description="the translation's start ('' none)"
+        )
 
-    return TranslateRequest, AttentionRequest
+    class ScoreRequest(BaseModel):
+        model_config = STRICT
+        sources: list[sentence] = Field(**many, description="source sentences")
+        targets: list[sentence] = Field(**many, description="their translations, in order")
+        length_penalty: float | None = Field(None, ge=0, le=10, allow_inf_nan=False,
+                                             description="GNMT α for `score`")  # fmt: skip
+
+    return TranslateRequest, AttentionRequest, ScoreRequest

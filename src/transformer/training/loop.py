@@ -59,6 +59,7 @@ class TrainResult:
     first_step: int  # where this process started (0, or the step it resumed from)
     best_valid_nll: float
     seconds: float  # of training in total, resumed parts included
+    stopped_early: bool = False  # train.patience validations brought no better score
 
     @property
     def steps_here(self) -> int:
@@ -217,7 +218,10 @@ def run_job(job: Job) -> TrainResult:
     started = time.perf_counter() - state.elapsed
     model.train()
     with StopRequests() as stop:
-        while not _finished(state.step, state.position, t, time.perf_counter() - started):
+        while not (
+            _finished(state.step, state.position, t, time.perf_counter() - started)
+            or _out_of_patience(state, t)  # a resumed run that had stopped early stays stopped
+        ):
             state.step += 1
             lr = learning_rate(state.step, time.perf_counter() - started, config.model.d_model, t)
             set_learning_rate(optimizer, lr)
@@ -269,12 +273,31 @@ def run_job(job: Job) -> TrainResult:
                     validated = validate(model, data, config)
                     score = selection_score(validated, t.best_metric)
                     improved = score >= state.best_score  # ties: the later checkpoint
+                    # Patience counts validations without a strictly better score (fairseq's
+                    # --patience does the same); a tie still moves `best` to the later one.
+                    better = score > state.best_score
+                    state.stale_validations = 0 if better else state.stale_validations + 1
                     state.best_score = max(state.best_score, score)
                     state.best_valid_nll = min(state.best_valid_nll, validated["valid_nll"])
                     log_file.write(step=state.step, **validated)
                     bar.write(_describe(state.step, validated))
+                    if _out_of_patience(state, t):
+                        log_file.write(
+                            event="early_stop",
+                            step=state.step,
+                            patience=t.patience,
+                            best_metric=t.best_metric,
+                            best_score=state.best_score,
+                        )
+                        bar.write(
+                            f"step {state.step}: no better {t.best_metric} in "
+                            f"{t.patience} validations; stopping early (train.patience)"
+                        )
                     model.train()
-                improved = world.broadcast(improved)
+                improved, state.stale_validations = world.broadcast(
+                    (improved, state.stale_validations)
+                )
+                done = done or _out_of_patience(state, t)
             if state.step % t.save_every == 0 or done or improved or stopping:
                 state.elapsed = time.perf_counter() - started
                 saved_to = checkpoint(is_best=improved)
@@ -293,7 +316,12 @@ def run_job(job: Job) -> TrainResult:
                    best_valid_nll=state.best_valid_nll)  # fmt: skip
     log_file.close()
     return TrainResult(job.out.run.root, state.step, first_step, state.best_valid_nll,
-                       state.elapsed)  # fmt: skip
+                       state.elapsed, _out_of_patience(state, t))  # fmt: skip
+
+
+def _out_of_patience(state: TrainerState, t: TrainConfig) -> bool:
+    """Whether ``train.patience`` validations in a row brought no better score."""
+    return bool(t.patience) and state.stale_validations >= t.patience
 
 
 def _finished(step: int, position: Position, t: TrainConfig, seconds: float) -> bool:

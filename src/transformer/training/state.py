@@ -24,7 +24,8 @@ class TrainerState:
     """Everything besides the weights that a resumed run needs; saved as ``trainer.pt``.
 
     ``best_score`` ranks validations (higher is better, see ``selection_score``); the checkpoint
-    index's ``best`` points at the latest of the best-scoring ones.
+    index's ``best`` points at the latest of the best-scoring ones. ``stale_validations`` counts
+    the validations since the score last rose strictly (``train.patience`` stops the run).
     """
 
     step: int = 0
@@ -32,6 +33,7 @@ class TrainerState:
     elapsed: float = 0.0  # seconds of training so far (max_minutes counts them)
     best_score: float = -math.inf
     best_valid_nll: float = math.inf
+    stale_validations: int = 0
 
     def to_dict(
         self,
@@ -45,6 +47,7 @@ class TrainerState:
             "elapsed": self.elapsed,
             "best_score": self.best_score,
             "best_valid_nll": self.best_valid_nll,
+            "stale_validations": self.stale_validations,
             "optimizer": optimizer.state_dict(),
             "scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else {},
             "rng": rng_state(),  # Python, torch CPU and CUDA (of rank 0)
@@ -83,6 +86,7 @@ class TrainerState:
             elapsed=saved["elapsed"],
             best_score=saved["best_score"],
             best_valid_nll=saved["best_valid_nll"],
+            stale_validations=saved.get("stale_validations", 0),  # none before early stopping
         )
 
 

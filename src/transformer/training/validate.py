@@ -45,7 +45,7 @@ def validation_bleu(model: Transformer, prepared, config: RunConfig) -> dict[str
     pairs = prepared.valid_pairs[: config.train.bleu_sentences]
     if not pairs:
         return {}
-    decode = replace(config.decode, beam_size=1, nbest=1, sampling=False)
+    decode = replace(config.decode, beam_size=1, nbest=1, sampling=False, alignment=False)
     hypotheses = translate(model, prepared.tokenizers, [s for s, _ in pairs], decode).best
     references = [t for _, t in pairs]
     bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score

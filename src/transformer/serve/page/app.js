@@ -58,11 +58,14 @@ async function translate(event) {
     return;
   }
   const beam = parseInt($("beam").value, 10) || 1;
+  const prefix = $("prefix").value.trim();
+  const request = { sentences, beam };
+  if (prefix) request.prefix = sentences.map(() => prefix); // the same start for each sentence
   $("translate").disabled = true;
   say("Translating…");
   try {
-    const answer = await call("POST", "/translate", { sentences, beam });
-    showTranslations(sentences, answer, beam);
+    const answer = await call("POST", "/translate", request);
+    showTranslations(sentences, answer, beam, prefix);
     say(`${sentences.length} translated in ${answer.time_ms.toFixed(0)} ms.`);
   } catch (error) {
     // The API names a sentence by its place among those sent ("sentences.2: ..."); the person
@@ -73,7 +76,7 @@ async function translate(event) {
   }
 }
 
-function showTranslations(sentences, answer, beam) {
+function showTranslations(sentences, answer, beam, prefix) {
   const list = $("results");
   list.replaceChildren();
   answer.translations.forEach((t, i) => {
@@ -91,19 +94,20 @@ function showTranslations(sentences, answer, beam) {
     score.className = "score";
     score.textContent = t.score === null ? "" : `score ${t.score.toFixed(3)}`;
     button.append(source, text, score);
-    button.addEventListener("click", () => showAttention(button, sentences[i], beam));
+    button.addEventListener("click", () => showAttention(button, sentences[i], beam, prefix));
     const item = document.createElement("li");
     item.append(button);
     list.append(item);
   });
 }
 
-async function showAttention(button, sentence, beam) {
+async function showAttention(button, sentence, beam, prefix) {
   document.querySelectorAll(".translation").forEach((b) => b.setAttribute("aria-pressed", "false"));
   button.setAttribute("aria-pressed", "true");
   say("Computing the attention…");
   try {
-    attention = await call("POST", "/attention", { sentence, beam });
+    const request = prefix ? { sentence, beam, prefix } : { sentence, beam };
+    attention = await call("POST", "/attention", request);
   } catch (error) {
     say(error.message, true);
     return;

@@ -1,0 +1,143 @@
+"""What a search may choose at each step, beyond the model's own distribution: a forced target
+prefix, a minimum length, no repeated n-grams, a repetition penalty, and nucleus (top-p)
+sampling. Greedy search, sampling and beam search all go through here (``RunningBatch`` applies
+``SearchRules`` to every step's scores; ``sample`` applies ``nucleus``), so the three searches
+obey the same rules, and CTranslate2's ``translate_batch`` options of the same names
+(``inference/ctranslate2.py``) obey them too.
+
+Each rule is off at its neutral value (prefix empty, ``min_len`` 0, ``no_repeat_ngram`` 0,
+``repetition_penalty`` 1, ``top_p`` 1) and then touches nothing, so a search without them gives
+bit for bit what it gave before they existed.
+
+How they combine at one step, in this order:
+1. ``repetition_penalty`` rescales the logits of the tokens already in the hypothesis (CTRL,
+   Keskar et al. 2019, §4.1; negative logits are multiplied, as Hugging Face's
+   ``RepetitionPenaltyLogitsProcessor`` and CTranslate2 do), before the log-softmax: the
+   distribution is renormalised, and the hypothesis' score sums these penalised log-probs;
+2. PAD and BOS are banned (``search.py``);
+3. a row still inside its prefix may only take the prefix's next token, at its log-probability
+   (the prefix counts in the score, as if the search had chosen it); the other rules leave it
+   alone, so a prefix is kept as given even if it repeats an n-gram;
+4. ``no_repeat_ngram`` n bans every token that would complete an n-gram of target pieces already
+   in the hypothesis (fairseq's ``--no-repeat-ngram-size``); EOS is never banned by it;
+5. ``min_len`` bans EOS while the hypothesis is shorter, unless nothing else is left.
+Banned tokens get -inf; the rest keep their log-probabilities (no renormalisation, as for PAD and
+BOS). Length limits (``force_eos``) come after all of these, and the limits are raised to make
+room for ``min_len`` and a prefix (``max_output_lengths``).
+
+Shapes: N rows (hypotheses being extended), t tokens so far (BOS included), P prefix length,
+V target vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..config import DecodeConfig
+from ..vocab import EOS_ID, PAD_ID
+
+
+@dataclass(frozen=True)
+class SearchRules:
+    """The rules of ``DecodeConfig`` that act on every step's scores (all off by default)."""
+
+    min_len: int = 0
+    no_repeat_ngram: int = 0
+    repetition_penalty: float = 1.0
+
+    @classmethod
+    def of(cls, config: DecodeConfig) -> SearchRules:
+        return cls(config.min_len, config.no_repeat_ngram, config.repetition_penalty)
+
+    def penalize(self, logits: Tensor, tokens: Tensor) -> Tensor:
+        """Rule 1 on logits (N, V), given the rows' tokens so far (N, t), BOS first."""
+        if self.repetition_penalty == 1.0 or tokens.size(1) < 2:
+            return logits
+        return repetition_penalty(logits, tokens[:, 1:], self.repetition_penalty)
+
+    def restrict(self, log_probs: Tensor, tokens: Tensor, prefix: Tensor | None) -> None:
+        """Rules 3-5, in place, on log_probs (N, V); tokens (N, t) with BOS first; prefix
+        (N, P) right-padded with PAD_ID, or None."""
+        step = tokens.size(1) - 1  # tokens generated so far
+        free = None  # rows past their prefix
+        if prefix is not None and step < prefix.size(1):
+            forced = prefix[:, step]  # (N,)
+            inside = forced != PAD_ID
+            force_tokens(log_probs, inside, forced)
+            free = ~inside
+        if self.no_repeat_ngram and step + 1 >= self.no_repeat_ngram:
+            ban_repeated_ngrams(log_probs, tokens[:, 1:], self.no_repeat_ngram, free)
+        if step < self.min_len:
+            others = log_probs.clone()
+            others[:, EOS_ID] = float("-inf")
+            ban = others.isfinite().any(dim=1)  # (N,) EOS yields only to something else
+            if free is not None:
+                ban &= free
+            log_probs[ban, EOS_ID] = float("-inf")
+
+
+def repetition_penalty(logits: Tensor, history: Tensor, penalty: float) -> Tensor:
+    """CTRL's penalty: the logit x of every token in ``history`` becomes x / penalty if x > 0,
+    else x · penalty (a token seen several times is penalised once).
+
+    Args:
+        logits: (N, V); history: (N, t) token ids of each row.
+    Shape:
+        returns a new (N, V) tensor.
+    """
+    seen = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, history, True)  # (N, V)
+    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalised, logits)
+
+
+def force_tokens(log_probs: Tensor, rows: Tensor, tokens: Tensor) -> None:
+    """Rows where ``rows`` (N,) is True may only produce ``tokens[row]``, at its log-prob."""
+    index = rows.nonzero().squeeze(1)  # (R,)
+    if index.numel():
+        chosen = tokens[index]  # (R,)
+        kept = log_probs[index, chosen]  # (R,)
+        log_probs[index] = float("-inf")
+        log_probs[index, chosen] = kept
+
+
+def ban_repeated_ngrams(
+    log_probs: Tensor, history: Tensor, n: int, rows: Tensor | None = None
+) -> None:
+    """Bans, in place, every token that would complete an n-gram already in a row's history.
+
+    Args:
+        log_probs: (N, V); history: (N, t) generated tokens (no BOS); rows: (N,) where to ban
+            (None: every row).
+    """
+    t = history.size(1)
+    if t < n:
+        return
+    last = history[:, t - n + 1 :]  # (N, n-1) the n-1 newest tokens: a new n-gram's start
+    grams = history.unfold(1, n, 1)  # (N, t-n+1, n) every n-gram so far
+    hit = (grams[:, :, : n - 1] == last[:, None, :]).all(dim=2)  # (N, t-n+1)
+    if rows is not None:
+        hit &= rows[:, None]
+    row, start = hit.nonzero(as_tuple=True)
+    log_probs[row, grams[row, start, n - 1]] = float("-inf")
+
+
+def nucleus(scores: Tensor, top_p: float) -> Tensor:
+    """Keeps the fewest most likely tokens whose probability reaches ``top_p`` (Holtzman et al.
+    2020, §3.1), always at least one; the others get -inf.
+
+    Args:
+        scores: log-probabilities or logits (N, V) (after temperature and top-k).
+    Shape:
+        returns a new (N, V) tensor; ``top_p`` 1 returns ``scores`` itself.
+    """
+    if top_p >= 1.0:
+        return scores
+    sorted_scores, order = scores.sort(dim=-1, descending=True)  # (N, V)
+    probs = sorted_scores.softmax(dim=-1)
+    before = probs.cumsum(dim=-1) - probs  # (N, V) the mass of the more likely tokens
+    drop_sorted = before >= top_p  # p is reached without this token
+    drop = drop_sorted.scatter(1, order, drop_sorted)  # (N, V) back in vocabulary order
+    return scores.masked_fill(drop, float("-inf"))
