@@ -132,8 +132,11 @@ class CTranslate2Engine:
         """Translates ``sentences`` exactly as the torch engine's ``translate`` does, text-wise,
         with ``decode`` (default: this engine's own search)."""
         limit = self.config.model.max_positions
+        tokenizers = self.tokenizers
+        if decode is not None and decode.target_language != self.decode.target_language:
+            tokenizers = tokenizers.for_target_language(decode.target_language)
         return translate_with(
-            lambda ids: self.search_ids(ids, decode), self.tokenizers, sentences, limit
+            lambda ids: self.search_ids(ids, decode), tokenizers, sentences, limit
         )
 
     def search_ids(
@@ -227,6 +230,7 @@ def load_ctranslate2(
                 save_model(loaded.model, tokenizers, config, Path(folder), "float32", str(path))
                 model = _ct2_model(ct2, Path(folder), runtime, "float32")  # into memory
     decode = config.decode.with_search(**search)
+    tokenizers = tokenizers.for_target_language(decode.target_language)
     return CTranslate2Engine(model, tokenizers, decode, config, path)
 
 

@@ -53,8 +53,12 @@ class TorchEngine:
     ) -> TranslationResult:
         """Translates with the torch model, in the runtime's precision, with ``decode`` (default:
         this engine's own search)."""
+        d = decode or self.decode
+        tokenizers = self.tokenizers
+        if d.target_language != self.decode.target_language:
+            tokenizers = tokenizers.for_target_language(d.target_language)
         with self.precision():
-            return translate(self.model, self.tokenizers, sentences, decode or self.decode)
+            return translate(self.model, tokenizers, sentences, d)
 
 
 class Engine(Protocol):
@@ -94,6 +98,7 @@ def load_torch_engine(
     loaded = load_checkpoint(Path(model_dir), checkpoint, device)
     decode = loaded.config.decode.with_search(**search)
     tokenizers = Tokenizers.load(model_dir_of(loaded.path))
+    tokenizers = tokenizers.for_target_language(decode.target_language)
     return TorchEngine(loaded.model, tokenizers, decode, loaded.config, loaded.path, runtime)
 
 
