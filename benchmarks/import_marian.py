@@ -57,7 +57,8 @@ def lines(name: str) -> list[str]:
 def sentencepiece(text: list[str]) -> bytes:
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(sentence_iterator=iter(text), model_writer=model,
-                                   vocab_size=8000, model_type="unigram", minloglevel=2)  # fmt: skip
+                                   vocab_size=8000, model_type="unigram",
+                                   minloglevel=2)  # fmt: skip
     return model.getvalue()
 
 
@@ -132,8 +133,8 @@ def translation(folder: Path, out: Path, sentences: list[str], rounds: int) -> l
                                           length_penalty=0.0, max_new_tokens=LIMIT + 1,
                                           bad_words_ids=[[VOCAB - 1]])  # fmt: skip
                 for i, seq in zip(chunk, out_ids.tolist(), strict=True):
-                    found[i] = tokenizer.convert_ids_to_tokens([t for t in seq[1:]
-                                                                if t not in (0, VOCAB - 1)])  # fmt: skip
+                    kept = [t for t in seq[1:] if t not in (0, VOCAB - 1)]  # start, </s>, pad
+                    found[i] = tokenizer.convert_ids_to_tokens(kept)
             return [found[i] for i in range(len(sentences))]
 
         best = {"ours": float("inf"), "hf": float("inf")}
