@@ -87,7 +87,18 @@ def test_no_source_file_is_over_400_lines():
 
 @pytest.mark.parametrize(
     "package",
-    ["config", "model", "data", "training", "inference", "inspect", "serve", "export", "cli"],
+    [
+        "config",
+        "model",
+        "data",
+        "training",
+        "inference",
+        "inspect",
+        "serve",
+        "export",
+        "hub",
+        "cli",
+    ],
 )
 def test_each_subpackage_names_its_public_api(package):
     module = importlib.import_module(f"transformer.{package}")

@@ -127,3 +127,38 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
     os.rename(path, trash)
     shutil.rmtree(trash, ignore_errors=True)
+
+
+@contextmanager
+def built_aside(out: Path, what: str) -> Iterator[Path]:
+    """A new hidden folder beside ``out`` to build it in; when the block ends without an error,
+    its files are flushed to disk and it is renamed to ``out``.
+
+    An earlier ``out`` (the caller has checked that it may be replaced) is moved aside first
+    and deleted after the rename, so an interruption leaves the old folder or the new one (in
+    the worst case under ``.OUT.replaced-*``), never half of one. On an error the new folder
+    is removed and ``out`` is untouched.
+
+    Args:
+        out: the folder to create or replace.
+        what: a word for the hidden folder's name (``.OUT.WHAT-*``), e.g. "export".
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.{what}-"))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it private; give the usual mode
+        yield staging
+        fsync_tree(staging)  # on disk before the rename makes it visible
+        if out.exists() and any(out.iterdir()):
+            aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.replaced-"))
+            os.replace(out, aside / out.name)
+            os.replace(staging, out)
+            fsync_dir(out.parent)
+            remove_tree(aside)
+        else:
+            os.replace(staging, out)  # onto a missing name or an empty folder
+            fsync_dir(out.parent)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from jsonargparse import ArgumentParser
 
 from ..config import SECTIONS
+from .hub import _import, _import_options
 from .training import (
     _average,
     _average_options,
@@ -89,11 +90,20 @@ COMMANDS = {
                      "API key (--api-key or $TRANSFORMER_API_KEY). Concurrent requests are "
                      "decoded together; --decode.* sets the default search. SIGTERM or Ctrl-C "
                      "finishes the requests in flight, then exits 0.", skip=TRAINING_ONLY),
-    "export": Command("export a model for deployment (CTranslate2, optionally int8)", (),
-                      _export_options, _export,
+    "export": Command("export a model for deployment (CTranslate2, optionally int8) or to the "
+                      "Hugging Face format", (), _export_options, _export,
                       "Writes the checkpoint as a CTranslate2 model into OUT, with its "
                       "SentencePiece models: transformer export MODEL_DIR --to ctranslate2 OUT "
-                      "[--quantization int8]. OUT must be new, empty or an earlier export."),
+                      "[--quantization int8]; or as a Hugging Face Marian model (MarianMTModel, "
+                      "MarianTokenizer): --to huggingface. OUT must be new, empty or an earlier "
+                      "export."),
+    "import": Command("import a Hugging Face Marian model (OPUS-MT) as a model directory",
+                      ("decode",), _import_options, _import,
+                      "Reads SOURCE, a Marian model's folder or a Hugging Face Hub name (e.g. "
+                      "Helsinki-NLP/opus-mt-fr-en), and writes OUT, a model directory every "
+                      "command takes; --decode.* options become its default search (e.g. "
+                      "--target_language fra for a model with several target languages). OUT "
+                      "must be new, empty or an earlier import."),
     "average": Command("average the last N checkpoints into one", (), _average_options, _average),
     "explain": Command("the lecture notes' worked examples, step by step", (), _explain_options,
                        _explain),

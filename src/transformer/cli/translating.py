@@ -86,15 +86,27 @@ def _export_options(p: ArgumentParser) -> None:
     from ..export.folder import QUANTIZATIONS
 
     model_options(p)
-    p.add_argument("--to", required=True, choices=["ctranslate2"], help="the format")
+    p.add_argument("--to", required=True, choices=["ctranslate2", "huggingface"],
+                   help="the format: CTranslate2, or Hugging Face's Marian")  # fmt: skip
     p.add_argument("out", help="the export's folder: new, empty, or an earlier export")
     p.add_argument("--quantization", default="float32", choices=list(QUANTIZATIONS),
-                   help="the weights' type (int8: 4x smaller, faster on a CPU)")  # fmt: skip
+                   help="the weights' type (int8: 4x smaller, faster on a CPU); ctranslate2 "
+                   "only")  # fmt: skip
 
 
 def _export(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..export.folder import export_model
 
+    if ns.to == "huggingface":
+        from ..hub.huggingface_export import export_huggingface
+
+        if ns.quantization != "float32":
+            raise UserError(f"--quantization {ns.quantization} is for --to ctranslate2; a "
+                            "Hugging Face export is float32")  # fmt: skip
+        source = export_huggingface(ns.model_dir, ns.out, ns.checkpoint)
+        print(f"exported {source} to {ns.out} (Hugging Face Marian); load it with "
+              f"MarianMTModel.from_pretrained and MarianTokenizer.from_pretrained")  # fmt: skip
+        return
     info = export_model(ns.model_dir, ns.out, ns.quantization, ns.checkpoint)
     print(f"exported {info.source} to {ns.out} (CTranslate2, {info.quantization}); translate with "
           f"--engine ctranslate2")  # fmt: skip

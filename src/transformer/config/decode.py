@@ -43,6 +43,9 @@ class DecodeConfig:
     """Sentences per batch."""
     max_source_tokens: int = 8192
     """Source tokens per batch, padding included."""
+    target_language: str = ""
+    """For a model with several target languages (Marian's >>xxx<< tokens): the one to
+    translate into, e.g. fra; its token goes before every source sentence."""
 
     def __post_init__(self) -> None:
         check_types(self)

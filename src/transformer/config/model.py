@@ -8,6 +8,8 @@ from ..errors import BadValue
 from .checks import check_finite, check_positive, check_probability, check_types
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
+POSITIONAL_LAYOUTS = ("interleaved", "halves")
+ACTIVATIONS = ("relu", "gelu", "silu", "swish")
 
 
 @dataclass(frozen=True)
@@ -37,11 +39,17 @@ class ModelConfig:
     attention_dropout: float = 0.0
     """On the attention weights."""
     activation_dropout: float = 0.0
-    """Inside the feed-forward network, after the ReLU."""
+    """Inside the feed-forward network, after the activation."""
+    activation: str = "relu"
+    """Of the feed-forward network: "relu" (§3.3), "gelu", or "silu" (= "swish", most
+    OPUS-MT models)."""
     max_positions: int = 1024
     """Longest sequence the positional encoding accepts."""
     positional: str = "sinusoidal"
     """"sinusoidal" (§3.5) or "learned" embeddings."""
+    positional_layout: str = "interleaved"
+    """Sinusoid columns: "interleaved" (§3.5: sin at even, cos at odd dimensions) or "halves"
+    (sin in the first half, cos in the second: Marian, tensor2tensor)."""
     norm_first: bool = False
     """False: post-norm as in the paper; True: pre-norm."""
     layer_norm_eps: float = 1e-5
@@ -50,6 +58,8 @@ class ModelConfig:
     """One embedding table for source and target (needs one vocab)."""
     tie_output: bool = True
     """Output projection reuses the target embedding matrix (§3.4)."""
+    output_bias: bool = False
+    """A learned bias on the output logits (Marian's final_logits_bias)."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -75,6 +85,12 @@ class ModelConfig:
             raise BadValue(
                 f"ModelConfig.positional must be one of {POSITIONAL_KINDS}, got {self.positional!r}"
             )
+        for name, allowed in (("positional_layout", POSITIONAL_LAYOUTS),
+                              ("activation", ACTIVATIONS)):  # fmt: skip
+            if getattr(self, name) not in allowed:
+                raise BadValue(
+                    f"ModelConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}"
+                )
         if self.layer_norm_eps <= 0:
             raise BadValue(f"ModelConfig.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:

@@ -59,6 +59,9 @@ class TrainConfig:
     """Steps between checkpoints (and at the end)."""
     keep_checkpoints: int = 5
     """Step checkpoints kept for `transformer average`."""
+    init_from: str | None = None
+    """Fine-tune: start from this model directory's weights and tokenizers (its architecture;
+    this run's dropout keys apply); a fresh optimizer and schedule."""
 
     def __post_init__(self) -> None:
         check_types(self)

@@ -7,7 +7,9 @@ pre-tokenization. One model for both languages (``joint_vocab``) or one per side
 Special ids are fixed project-wide (config.py): pad 0 ``<pad>``, unk 1 ``<unk>``, bos 2 ``<s>``,
 eos 3 ``</s>``. ``encode`` adds neither BOS nor EOS: where they go is the model's business.
 The models live in ``<model_dir>/tokenizer/``: ``joint.model``, or ``src.model`` and
-``tgt.model``.
+``tgt.model``. An imported Marian model's tokenizers are ``VocabTokenizer``s
+(vocab_tokenizer.py): the same SentencePiece files, each with a table of its pieces beside it
+(``src.pieces.json``, ``tgt.pieces.json``); ``Tokenizers`` loads and saves either kind.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..config import DataConfig
 from ..errors import UserError
 from ..files import atomic_write
 from ..vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from .vocab_tokenizer import PIECES_SUFFIX, VocabTokenizer
 
 TOKENIZER_DIR = "tokenizer"
 JOINT_MODEL, SRC_MODEL, TGT_MODEL = "joint.model", "src.model", "tgt.model"
@@ -89,10 +92,11 @@ class Tokenizer:
         """Every piece, in id order (piece i has id i)."""
         return [self.processor.id_to_piece(i) for i in range(self.vocab_size)]
 
-    def save(self, path: Path) -> None:
-        """Writes the model file atomically (a crash never leaves half a model)."""
-        with atomic_write(path, "wb") as f:
-            f.write(self.model)
+    languages: tuple[str, ...] = ()  # no target-language tokens (see VocabTokenizer)
+
+    def files(self) -> dict[str, bytes]:
+        """What ``Tokenizers.save`` writes, by file-name suffix: the model."""
+        return {".model": self.model}
 
 
 def train_sentencepiece(sentences: list[str], data: DataConfig) -> Tokenizer:
@@ -136,23 +140,51 @@ def train_sentencepiece(sentences: list[str], data: DataConfig) -> Tokenizer:
     return Tokenizer(model.getvalue())
 
 
+AnyTokenizer = Tokenizer | VocabTokenizer
+
+
 @dataclass
 class Tokenizers:
     """The source and target tokenizers of a model; with a joint vocabulary they are one object."""
 
-    src: Tokenizer
-    tgt: Tokenizer
+    src: AnyTokenizer
+    tgt: AnyTokenizer
 
     @property
     def joint(self) -> bool:
         return self.src is self.tgt
 
     def fingerprint(self) -> str:
-        """SHA-256 of the SentencePiece models: what token ids made with them depend on."""
-        digest = hashlib.sha256(self.src.model)
-        if not self.joint:
-            digest.update(self.tgt.model)
+        """SHA-256 of the tokenizers' files: what token ids made with them depend on."""
+        digest = hashlib.sha256()
+        for side in (self.src,) if self.joint else (self.src, self.tgt):
+            for data in side.files().values():
+                digest.update(data)
         return digest.hexdigest()
+
+    def for_target_language(self, language: str) -> Tokenizers:
+        """These tokenizers with the source reading ``>>language<<`` first (Marian models with
+        several target languages); ``language`` "" leaves them as they are.
+
+        A model with such tokens needs one, and a model without them takes none: either mistake
+        is a UserError that lists what the model has, before any work.
+        """
+        known = self.src.languages
+        if not known and not language:
+            return self
+        if not known:
+            raise UserError(f"--target_language {language}: this model has no target-language "
+                            "tokens (>>xxx<<); leave the option out")  # fmt: skip
+        shown = ", ".join(known[:12]) + (f", ... ({len(known)} in all)" if len(known) > 12 else "")
+        if not language:
+            raise UserError(f"this model translates into several languages; choose one with "
+                            f"--target_language: {shown}")  # fmt: skip
+        if language not in known:
+            raise UserError(f"--target_language {language}: this model has no >>{language}<< "
+                            f"token; it has {shown}")  # fmt: skip
+        assert isinstance(self.src, VocabTokenizer)  # only they have languages
+        prefix = [self.src.ids[f">>{language}<<"]]
+        return Tokenizers(self.src.with_prefix(prefix), self.tgt)
 
     @classmethod
     def train(cls, pairs: list[tuple[str, str]], data: DataConfig) -> Tokenizers:
@@ -174,17 +206,24 @@ class Tokenizers:
         return tokenizers
 
     def save(self, model_dir: Path) -> None:
-        """Writes ``joint.model`` or ``src.model`` + ``tgt.model``, removing the other layout."""
+        """Writes ``joint.model``, or ``src.model`` + ``tgt.model`` (each with its
+        ``.pieces.json`` for VocabTokenizers), atomically, removing any other layout's files."""
         folder = Path(model_dir) / TOKENIZER_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        if self.joint:
-            self.src.save(folder / JOINT_MODEL)
-            stale = (SRC_MODEL, TGT_MODEL)
-        else:
-            self.src.save(folder / SRC_MODEL)
-            self.tgt.save(folder / TGT_MODEL)
-            stale = (JOINT_MODEL,)
-        for name in stale:
+        sides = {"joint": self.src} if self.joint else {"src": self.src, "tgt": self.tgt}
+        written = set()
+        for stem, tokenizer in sides.items():
+            for suffix, data in tokenizer.files().items():
+                with atomic_write(folder / f"{stem}{suffix}", "wb") as f:  # never half a file
+                    f.write(data)
+                written.add(f"{stem}{suffix}")
+        known = {
+            JOINT_MODEL,
+            SRC_MODEL,
+            TGT_MODEL,
+            *(f"{s}{PIECES_SUFFIX}" for s in ("src", "tgt")),
+        }
+        for name in known - written:
             (folder / name).unlink(missing_ok=True)
 
     @classmethod
@@ -199,6 +238,9 @@ class Tokenizers:
             joint = Tokenizer.load(folder / JOINT_MODEL)
             return cls(joint, joint)
         if (folder / SRC_MODEL).is_file() and (folder / TGT_MODEL).is_file():
+            if (folder / f"src{PIECES_SUFFIX}").is_file():  # an imported Marian model's
+                src, tgt = folder / SRC_MODEL, folder / TGT_MODEL
+                return cls(VocabTokenizer.load(src), VocabTokenizer.load(tgt))
             return cls(Tokenizer.load(folder / SRC_MODEL), Tokenizer.load(folder / TGT_MODEL))
         raise UserError(
             f"no tokenizer in {folder}: expected {JOINT_MODEL}, or {SRC_MODEL} and {TGT_MODEL}"

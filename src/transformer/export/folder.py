@@ -9,25 +9,22 @@
                                        from, the quantization
 
 Nothing a user has is lost: OUT must be missing, empty, or an earlier export (it has
-``transformer-export.json``); anything else is refused before any work. The new export is built
-in a hidden sibling folder and renamed into place once complete; an earlier export is moved
-aside first and deleted after the rename, so an interruption leaves the old export or the new
-one (in the worst case under ``.OUT.replaced-*``), never half of one.
+``transformer-export.json``, written by this export or by ``--to huggingface``,
+``hub/huggingface_export.py``); anything else is refused before any work. The new export is
+built in a hidden sibling folder and renamed into place once complete (``files.built_aside``):
+an interruption leaves the old export or the new one, never half of one.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import RunConfig, build_config
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
-from ..files import fsync_dir, fsync_tree, remove_tree, write_json_atomic
+from ..files import built_aside, write_json_atomic
 from ..model.transformer import Transformer
 from ..model_dir import load_checkpoint, model_dir_of
 from .spec import import_ctranslate2, transformer_spec
@@ -105,22 +102,15 @@ def export_model(
     if quantization not in QUANTIZATIONS:
         raise UserError(f"unknown --quantization {quantization!r}; choose from "
                         f"{', '.join(QUANTIZATIONS)}")  # fmt: skip
-    _check_replaceable(out)
+    check_replaceable(out)
     loaded = load_checkpoint(Path(model_dir), checkpoint, "cpu")
     tokenizers = Tokenizers.load(model_dir_of(loaded.path))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.export-"))
-    try:
-        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; give the usual mode
+    with built_aside(out, "export") as staging:
         save_model(loaded.model, tokenizers, loaded.config, staging, quantization, str(loaded.path))
-        fsync_tree(staging)  # on disk before the rename makes the export visible
-        _move_into_place(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return ExportInfo(loaded.config, quantization, str(loaded.path))
 
 
-def _check_replaceable(out: Path) -> None:
+def check_replaceable(out: Path) -> None:
     """OUT may be missing, an empty folder, or an earlier export; anything else is refused."""
     if not out.exists() and not out.is_symlink():
         return
@@ -131,22 +121,3 @@ def _check_replaceable(out: Path) -> None:
             f"{out} is not empty and holds no earlier export ({MARKER}); nothing in it is "
             "replaced: choose a new or empty OUT"
         )
-
-
-def _move_into_place(staging: Path, out: Path) -> None:
-    """Renames the finished export to OUT; an earlier export is moved aside, then deleted."""
-    if out.exists() and any(out.iterdir()):
-        aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.replaced-"))
-        os.replace(out, aside / out.name)
-        os.replace(staging, out)
-        fsync_dir(out.parent)
-        remove_tree(aside)
-    else:
-        os.replace(staging, out)  # onto a missing name or an empty folder
-        fsync_dir(out.parent)
-
-
-def _umask() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask

@@ -6,15 +6,17 @@ byte of the format is written here. How each part of ours maps:
 
     ours                                   CTranslate2 spec
     TokenEmbedding · √d_model              embeddings.weight, scale_embeddings = True (√depth)
-    sinusoidal table / learned positions   position_encodings.encodings (our table, row = position)
+    sinusoidal table / learned positions   position_encodings.encodings (our table, row = position,
+                                           in either column layout)
     norm_first False / True                pre_norm False / True
     Encoder / Decoder final_norm           encoder / decoder .layer_norm (pre-norm only)
     self_attn w_q, w_k, w_v                self_attention.linear[0] (fused, rows q | k | v)
     cross_attn w_q; w_k, w_v               attention.linear[0]; attention.linear[1] (rows k | v)
     w_o                                    linear[-1]
     norm1 / norm2 / norm3 (gamma, beta)    self_attention / attention / ffn .layer_norm
-    feed_forward linear1, linear2, ReLU    ffn.linear_0, ffn.linear_1, Activation.RELU
-    output (no bias; tied or not)          decoder.projection.weight
+    feed_forward linear1, linear2          ffn.linear_0, ffn.linear_1
+    activation relu / gelu / silu, swish   Activation.RELU / GELU / SWISH
+    output (tied or not), its bias         decoder.projection.weight, .bias (zeros without one)
     shared / tied tables                   the same array; CTranslate2 stores it once (aliases)
     layer_norm_eps                         config.layer_norm_epsilon
     PAD 0, UNK 1, <s> 2, </s> 3            the vocabularies, in id order: the pieces themselves
@@ -57,6 +59,9 @@ CARRIED = {
     "n_decoder_layers": "the decoder layers",
     "max_positions": "the position table",
     "positional": "position_encodings",
+    "positional_layout": "position_encodings (the table as it is)",
+    "activation": "activation",
+    "output_bias": "decoder.projection.bias",
     "norm_first": "pre_norm and the final norms",
     "layer_norm_eps": "layer_norm_epsilon",
     "share_embeddings": "one aliased table",
@@ -66,6 +71,8 @@ CARRIED = {
     "activation_dropout": "nothing (inference)",
 }
 POSITIONAL = ("sinusoidal", "learned")  # both become an explicit table of encodings
+# ctranslate2.specs.Activation's member for each of ours (its GELU is the exact erf form).
+ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH", "swish": "SWISH"}
 
 
 def import_ctranslate2() -> ModuleType:
@@ -110,7 +117,7 @@ def transformer_spec(model: Transformer, src_pieces: list[str], tgt_pieces: list
         (config.n_encoder_layers, config.n_decoder_layers),
         config.n_heads,
         pre_norm=config.norm_first,
-        activation=specs.Activation.RELU,
+        activation=getattr(specs.Activation, ACTIVATIONS[config.activation]),
         alignment_layer=config.alignment_layer,
         alignment_heads=config.n_heads,
     )
@@ -130,7 +137,9 @@ def transformer_spec(model: Transformer, src_pieces: list[str], tgt_pieces: list
         _set_attention(layer_spec.attention, layer.cross_attn, self_attention=False)
         _set_norm(layer_spec.attention.layer_norm, layer.norm2)
         _set_feed_forward(layer_spec.ffn, layer.feed_forward, layer.norm3)
-    spec.decoder.projection.weight = _array(model.output.weight)  # (V, D), no bias
+    spec.decoder.projection.weight = _array(model.output.weight)  # (V, D)
+    if model.output.bias is not None:
+        spec.decoder.projection.bias = _array(model.output.bias)  # (V,)
     spec.register_source_vocabulary(src_pieces)
     spec.register_target_vocabulary(tgt_pieces)
     spec.validate()

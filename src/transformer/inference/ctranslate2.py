@@ -149,8 +149,15 @@ class CTranslate2Engine:
         with ``decode`` (default: this engine's own search) and ``prefixes``."""
         d = decode or self.decode
         limit = self.config.model.max_positions
+        tokenizers = self._tokenizers_for(d)
         return translate_with(lambda ids, forced: self.search_ids(ids, d, forced),
-                              self.tokenizers, sentences, limit, d, prefixes)  # fmt: skip
+                              tokenizers, sentences, limit, d, prefixes)  # fmt: skip
+
+    def _tokenizers_for(self, d: DecodeConfig) -> Tokenizers:
+        """This engine's tokenizers, putting ``d.target_language``'s token before each source."""
+        if d.target_language == self.decode.target_language:
+            return self.tokenizers
+        return self.tokenizers.for_target_language(d.target_language)
 
     def score(
         self, sources: list[str], targets: list[str], decode: DecodeConfig | None = None
@@ -166,7 +173,7 @@ class CTranslate2Engine:
             return [sum(r.log_probs) for r in found]  # the pieces' and </s>'s
 
         limit = self.config.model.max_positions
-        return score_with(run, self.tokenizers, sources, targets, limit, d.length_penalty)
+        return score_with(run, self._tokenizers_for(d), sources, targets, limit, d.length_penalty)
 
     def search_ids(
         self,
@@ -294,6 +301,7 @@ def load_ctranslate2(
                 save_model(loaded.model, tokenizers, config, Path(folder), "float32", str(path))
                 model = _ct2_model(ct2, Path(folder), runtime, "float32")  # into memory
     decode = config.decode.with_search(**search)
+    tokenizers = tokenizers.for_target_language(decode.target_language)
     return CTranslate2Engine(model, tokenizers, decode, config, path, alignment_heads=heads)
 
 

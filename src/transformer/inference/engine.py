@@ -59,10 +59,15 @@ class TorchEngine:
         """Translates with the torch model, in the runtime's precision, with ``decode`` (default:
         this engine's own search); ``prefixes`` (one per sentence, "" for none) start the
         outputs."""
+        d = decode or self.decode
         with self.precision():
-            return translate(
-                self.model, self.tokenizers, sentences, decode or self.decode, prefixes
-            )
+            return translate(self.model, self._tokenizers_for(d), sentences, d, prefixes)
+
+    def _tokenizers_for(self, d: DecodeConfig) -> Tokenizers:
+        """This engine's tokenizers, putting ``d.target_language``'s token before each source."""
+        if d.target_language == self.decode.target_language:
+            return self.tokenizers
+        return self.tokenizers.for_target_language(d.target_language)
 
     def score(
         self, sources: list[str], targets: list[str], decode: DecodeConfig | None = None
@@ -76,7 +81,8 @@ class TorchEngine:
 
         with self.precision():
             limit = self.model.config.max_positions
-            return score_with(run, self.tokenizers, sources, targets, limit, d.length_penalty)
+            tokenizers = self._tokenizers_for(d)
+            return score_with(run, tokenizers, sources, targets, limit, d.length_penalty)
 
 
 class Engine(Protocol):
@@ -123,6 +129,7 @@ def load_torch_engine(
     loaded = load_checkpoint(Path(model_dir), checkpoint, device)
     decode = loaded.config.decode.with_search(**search)
     tokenizers = Tokenizers.load(model_dir_of(loaded.path))
+    tokenizers = tokenizers.for_target_language(decode.target_language)
     return TorchEngine(loaded.model, tokenizers, decode, loaded.config, loaded.path, runtime)
 
 

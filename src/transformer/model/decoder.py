@@ -44,7 +44,9 @@ class DecoderLayer(nn.Module):
         self.norm1 = LayerNorm(d_model, eps)
         self.cross_attn = MultiHeadAttention(d_model, config.n_heads, config.attention_dropout)
         self.norm2 = LayerNorm(d_model, eps)
-        self.feed_forward = FeedForward(d_model, config.d_ff, config.activation_dropout)
+        self.feed_forward = FeedForward(
+            d_model, config.d_ff, config.activation_dropout, config.activation
+        )
         self.norm3 = LayerNorm(d_model, eps)
         self.dropout = nn.Dropout(config.dropout)
 

@@ -35,18 +35,26 @@ class TokenEmbedding(nn.Module):
         return nn.functional.embedding(ids, self.weight, padding_idx=PAD_ID) * self.scale
 
 
-def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
+def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleaved") -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/D)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/D)).
 
+    Args:
+        layout: "interleaved" as above (§3.5), or "halves": the same sines in columns
+            0..ceil(D/2)-1 and the cosines after them, as Marian and tensor2tensor lay them out
+            (Hugging Face's ``MarianSinusoidalPositionalEmbedding``). One is a permutation of
+            the other's columns.
     Shape:
-        returns (P, D). With an odd D the last column is a sine.
+        returns (P, D). With an odd D there is one more sine than cosines.
     """
     pos = torch.arange(max_positions, dtype=torch.float64)[:, None]  # (P, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(D/2),) the even indices 2i
     angle = pos / 10000.0 ** (two_i / d_model)  # (P, ceil(D/2))
+    sines, cosines = torch.sin(angle), torch.cos(angle[:, : d_model // 2])
+    if layout == "halves":
+        return torch.cat([sines, cosines], dim=1).float()  # (P, D)
     table = torch.zeros(max_positions, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(angle)
-    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    table[:, 0::2] = sines
+    table[:, 1::2] = cosines
     return table.float()
 
 
@@ -67,10 +75,11 @@ class _Positions(nn.Module):
 class SinusoidalPositionalEncoding(_Positions):
     """The paper's fixed sinusoids; no parameters (the table is a non-saved buffer)."""
 
-    def __init__(self, max_positions: int, d_model: int) -> None:
+    def __init__(self, max_positions: int, d_model: int, layout: str = "interleaved") -> None:
         super().__init__()
         self.max_positions = max_positions
-        self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
+        table = sinusoidal_table(max_positions, d_model, layout)
+        self.register_buffer("table", table, persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """Encodings of positions offset..offset+length-1: (T, D)."""
@@ -96,13 +105,19 @@ class Embeddings(nn.Module):
     """Token embedding + positional encoding, then dropout: the input of a stack."""
 
     def __init__(
-        self, tokens: TokenEmbedding, positional: str, max_positions: int, dropout: float
+        self,
+        tokens: TokenEmbedding,
+        positional: str,
+        max_positions: int,
+        dropout: float,
+        layout: str = "interleaved",
     ) -> None:
         super().__init__()
         d_model = tokens.weight.size(1)
         self.tokens = tokens
+        self.positions: _Positions
         if positional == "sinusoidal":
-            self.positions: _Positions = SinusoidalPositionalEncoding(max_positions, d_model)
+            self.positions = SinusoidalPositionalEncoding(max_positions, d_model, layout)
         else:
             self.positions = LearnedPositionalEmbedding(max_positions, d_model)
         self.dropout = nn.Dropout(dropout)

@@ -26,7 +26,9 @@ class EncoderLayer(nn.Module):
             config.d_model, config.n_heads, config.attention_dropout
         )
         self.norm1 = LayerNorm(config.d_model, config.layer_norm_eps)
-        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation_dropout)
+        self.feed_forward = FeedForward(
+            config.d_model, config.d_ff, config.activation_dropout, config.activation
+        )
         self.norm2 = LayerNorm(config.d_model, config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 

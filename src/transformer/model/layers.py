@@ -40,19 +40,29 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, self.gamma.shape, self.gamma, self.beta, self.eps)
 
 
+# The feed-forward activations (ModelConfig.activation). ReLU is the paper's (§3.3); GELU
+# (Hendrycks & Gimpel 2016, the exact erf form) and SiLU/swish, x·σ(x) (Ramachandran et al.
+# 2017), are what Marian-trained OPUS-MT models use ("swish" in their config.json).
+ACTIVATION_FUNCTIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu, "swish": F.silu}
+
+
 class FeedForward(nn.Module):
     """Position-wise feed-forward network (§3.3): FFN(x) = ReLU(x·W1 + b1)·W2 + b2.
 
     Applied to every position separately and identically; D -> F -> D (512 -> 2048 -> 512).
+    ``activation`` replaces the ReLU by another of ``ACTIVATION_FUNCTIONS``.
     """
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+    def __init__(
+        self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"
+    ) -> None:
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
+        self.activation = ACTIVATION_FUNCTIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, D) -> (B, T, D)."""
-        hidden = self.dropout(F.relu(self.linear1(x)))  # (B, T, F)
+        hidden = self.dropout(self.activation(self.linear1(x)))  # (B, T, F)
         return self.linear2(hidden)  # (B, T, D)

@@ -43,16 +43,14 @@ class Transformer(nn.Module):
             if config.share_embeddings
             else TokenEmbedding(config.tgt_vocab_size, config.d_model)
         )
-        self.src_embed = Embeddings(
-            src_tokens, config.positional, config.max_positions, config.dropout
-        )
-        self.tgt_embed = Embeddings(
-            tgt_tokens, config.positional, config.max_positions, config.dropout
-        )
+        inputs = (config.positional, config.max_positions, config.dropout, config.positional_layout)
+        self.src_embed = Embeddings(src_tokens, *inputs)
+        self.tgt_embed = Embeddings(tgt_tokens, *inputs)
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
-        # The final linear layer: one score (logit) per target-vocabulary word (§3.4).
-        self.output = nn.Linear(config.d_model, config.tgt_vocab_size, bias=False)
+        # The final linear layer: one score (logit) per target-vocabulary word (§3.4); the paper
+        # has no bias, Marian adds one (final_logits_bias, ModelConfig.output_bias).
+        self.output = nn.Linear(config.d_model, config.tgt_vocab_size, bias=config.output_bias)
         self._init_linear_weights()
         if config.tie_output:
             self.output.weight = tgt_tokens.weight

@@ -9,7 +9,9 @@ RNG states and the position in the epoch's batch order; so a run stopped at any 
 SIGKILL) and resumed ends with the same weights, bit for bit on CPU, as an uninterrupted run.
 
 ``train`` prepares (rank 0: lock, validate, tokenizers, binarized data; the other ranks read
-what it wrote), then every rank runs the same ``run_job``.
+what it wrote), then every rank runs the same ``run_job``. Fine-tuning (``train.init_from``)
+starts from that model directory's weights with a fresh optimizer and schedule, and validates
+once before the first step, so the log shows where it started (step 0).
 """
 
 from __future__ import annotations
@@ -34,11 +36,11 @@ from ..data.batching import example_lengths
 from ..device import autocast, grad_scaler, prepare_runtime
 from ..errors import Interrupted, LostContact
 from ..model.transformer import Transformer
-from ..model_dir import WEIGHTS, load_weights, save_checkpoint, update_index
+from ..model_dir import WEIGHTS, load_weights, resolve_checkpoint, save_checkpoint, update_index
 from .checkpoint import load_trainer_state, prune_checkpoints, resume_point
 from .distributed import World, finish, init, shard, world_from_env
 from .divergence import Divergence
-from .loss import label_smoothed_nll
+from .loss import impossible_tokens, label_smoothed_nll
 from .metrics import Meter, MetricsLog, NoLog
 from .optimizer import clip_gradients, make_optimizer
 from .prepare import Prepared, prepare, save
@@ -171,6 +173,9 @@ def run_job(job: Job) -> TrainResult:
     torch.manual_seed(t.seed)
     random.seed(t.seed)
     model = Transformer(config.model).to(device)
+    if job.saved is None and t.init_from:  # fine-tuning: the starting model's weights
+        load_weights(model, resolve_checkpoint(Path(t.init_from)) / WEIGHTS)
+    impossible = impossible_tokens(model)  # never-produced ids, left out of label smoothing
     if world.distributed:
         torch.manual_seed(t.seed + 1000 * world.rank)  # each rank its own dropout masks
     trained = DDP(model, device_ids=[device] if device.type == "cuda" else None) if (
@@ -215,6 +220,10 @@ def run_job(job: Job) -> TrainResult:
     bar = tqdm(total=t.max_steps, initial=state.step, disable=not show_bar, unit="step",
                desc=limit, dynamic_ncols=True)  # fmt: skip
     meter = Meter(device)
+    if job.saved is None and t.init_from and world.main:  # where fine-tuning starts: step 0
+        validated = validate(model, data, config)
+        log_file.write(step=0, **validated)
+        bar.write(_describe(0, validated))
     started = time.perf_counter() - state.elapsed
     model.train()
     with StopRequests() as stop:
@@ -239,7 +248,9 @@ def run_job(job: Job) -> TrainResult:
                 with nullcontext() if last or not world.distributed else trained.no_sync():
                     with autocast(device, runtime.precision):
                         logits = forward(batch.src, batch.tgt_in)  # (B, T, V)
-                        sums = label_smoothed_nll(logits, batch.tgt_out, t.label_smoothing)
+                        sums = label_smoothed_nll(
+                            logits, batch.tgt_out, t.label_smoothing, impossible=impossible
+                        )
                     scaler.scale(sums.loss * world.size / n_tokens).backward()
                 watch.loss(state.step, sums.loss)
                 meter.add(sums, batch.n_padded)

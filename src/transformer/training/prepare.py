@@ -5,7 +5,8 @@ the training pairs (``data.tokenizer_sample``), and the pairs are encoded chunk 
 memory-mapped dataset (``data/binarized.py``). The model's vocabulary sizes come from the
 tokenizers trained here; ``save`` writes them, the completed config and the dataset into the
 run's folder. On ``--resume`` the saved tokenizers (and, when it still fits, the dataset) are
-reused.
+reused. Fine-tuning (``train.init_from``) trains no tokenizer: the data is encoded with the
+starting model's, and the model keeps that model's architecture (``starting_point``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ..config import RunConfig
+from ..config import ModelConfig, RunConfig
 from ..data.batching import Example, encode_source
 from ..data.binarized import Binarized, TokenDataset, binarize, read_meta
 from ..data.corpora import stream_splits
@@ -25,6 +26,7 @@ from ..data.readers import Pair
 from ..data.splits import PairStream
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
+from ..model_dir import model_dir_of, read_config, resolve_checkpoint
 from .rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 RESUMABLE_TRAIN_KEYS = {"max_steps", "max_epochs", "max_minutes", "log_every", "validate_every",
                         "bleu_sentences", "best_metric", "save_every", "keep_checkpoints",
                         "cooldown"}  # fmt: skip
+# The model keys a fine-tuning run sets itself; the others are the starting model's.
+REGULARISATION = ("dropout", "attention_dropout", "activation_dropout")
 
 
 @dataclass
@@ -105,11 +109,15 @@ def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
     splits = stream_splits(config.data)
     if resume:
         tokenizers = Tokenizers.load(run.root)
+    elif config.train.init_from:
+        model, tokenizers = starting_point(config)
+        config = replace(config, model=model)
     else:
         sample = reservoir(splits.train, config.data.tokenizer_sample, config.data.split_seed)
         if not sample:
             raise UserError(f"no training pairs in {splits.source}")
         tokenizers = Tokenizers.train(sample, config.data)
+    tokenizers = tokenizers.for_target_language(config.decode.target_language)
     sizes = tokenizers.src.vocab_size, tokenizers.tgt.vocab_size
     try:
         model = replace(config.model, src_vocab_size=sizes[0], tgt_vocab_size=sizes[1])
@@ -143,6 +151,26 @@ def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
     valid_pairs = [splits.valid[i] for i in kept]
     return Prepared(config, tokenizers, train.dataset, valid, valid_pairs, splits.test, stats,
                     by_class=splits.test_groups is not None)  # fmt: skip
+
+
+def starting_point(config: RunConfig) -> tuple[ModelConfig, Tokenizers]:
+    """The model config and tokenizers that ``train.init_from`` names: its architecture, with
+    this run's dropout keys. A model key set away from its default to something else than the
+    starting model has is an error that names it, not silently dropped."""
+    folder = resolve_checkpoint(Path(str(config.train.init_from)), "best")
+    start = read_config(folder).model
+    default = ModelConfig()
+    for key, asked in asdict(config.model).items():
+        if key in REGULARISATION or key.endswith("vocab_size"):
+            continue
+        if asked != getattr(default, key) and asked != getattr(start, key):
+            raise UserError(
+                f"train.init_from {config.train.init_from}: model.{key} is {getattr(start, key)!r} "
+                f"there, {asked!r} here; fine-tuning keeps the starting model's architecture "
+                f"(only {', '.join(REGULARISATION)} may be set)"
+            )
+    model = replace(start, **{key: getattr(config.model, key) for key in REGULARISATION})
+    return model, Tokenizers.load(model_dir_of(folder))
 
 
 def _training_set(
@@ -187,7 +215,7 @@ def _say_what_was_left_out(stats: dict, config: RunConfig, max_len: int, resume:
     if stats["skipped_empty"]:
         log.warning(f"{stats['skipped_empty']:,} pairs with an empty side were left out")
     asked, src, tgt = config.data.vocab_size, stats["src_vocab"], stats["tgt_vocab"]
-    if not resume and max(src, tgt) < asked:
+    if not resume and not config.train.init_from and max(src, tgt) < asked:
         sides = f"{src}" if config.data.joint_vocab else f"{src} (source) and {tgt} (target)"
         log.warning(
             f"data.vocab_size is {asked:,} but the training text supports only {sides} "

@@ -13,7 +13,7 @@ from ..config import RunConfig
 from ..data.batching import collate, make_batches
 from ..inference.translate import translate
 from ..model.transformer import Transformer
-from .loss import label_smoothed_nll
+from .loss import impossible_tokens, label_smoothed_nll
 
 
 @torch.inference_mode()
@@ -24,10 +24,12 @@ def validation_loss(model: Transformer, prepared, config: RunConfig) -> dict[str
     loss = nll = torch.zeros((), device=device)
     tokens = torch.zeros((), dtype=torch.long, device=device)
     order = make_batches(prepared.valid, config.train.max_tokens, 0, 0, shuffle=False)
+    impossible = impossible_tokens(model)
     for indices in order:
         batch = collate([prepared.valid[i] for i in indices]).to(device)
+        logits = model(batch.src, batch.tgt_in)  # (B, T, V)
         sums = label_smoothed_nll(
-            model(batch.src, batch.tgt_in), batch.tgt_out, config.train.label_smoothing
+            logits, batch.tgt_out, config.train.label_smoothing, impossible=impossible
         )
         loss, nll, tokens = loss + sums.loss, nll + sums.nll, tokens + sums.n_tokens
     loss, nll, tokens = float(loss), float(nll), max(int(tokens), 1)
