@@ -73,7 +73,8 @@ def assert_same_greedy_text(model_dir: Path, out: Path, limit: int = LIMIT) -> N
     # <unk> aside: we show it as " ⁇ " (SentencePiece), MarianTokenizer leaves it out.
     compared = [i for i, n in enumerate(mine) if UNK_ID not in n[0].tokens]
     assert len(compared) >= 90
-    assert [mine[i][0].text for i in compared] == [theirs[i] for i in compared]
+    # A lone "▁" piece at the end: SentencePiece's decode keeps its space, MarianTokenizer strips.
+    assert [mine[i][0].text.rstrip(" ") for i in compared] == [theirs[i] for i in compared]
 
 
 def test_the_tests_trained_model_goes_out_text_for_text(numbers_model, tmp_path, capsys):

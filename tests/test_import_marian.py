@@ -164,7 +164,7 @@ def test_trained_models_search_as_generate_does(trained, beams):
     ended = [i for i, tokens in enumerate(mine) if len(tokens) < LIMIT]
     assert len(ended) >= 45
     assert [mine[i] for i in ended] == [theirs[i] for i in ended]
-    assert len({tuple(mine[i]) for i in ended}) > 25  # the source decides what it says
+    assert len({tuple(mine[i]) for i in ended}) >= 20  # the source decides what it says
     if beams == 1:
         assert mine == theirs  # greedy: the same rule at the limit too (forced </s>)
 
