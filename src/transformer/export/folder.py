@@ -30,7 +30,7 @@ from ..errors import UserError
 from ..files import fsync_dir, fsync_tree, remove_tree, write_json_atomic
 from ..model.transformer import Transformer
 from ..model_dir import load_checkpoint, model_dir_of
-from .spec import import_ctranslate2, transformer_spec
+from .spec import check_expressible, import_ctranslate2, transformer_spec
 
 MARKER = "transformer-export.json"
 FORMAT = "transformer/ctranslate2"
@@ -103,6 +103,7 @@ def export_model(
                         f"{', '.join(QUANTIZATIONS)}")  # fmt: skip
     _check_replaceable(out)
     loaded = load_checkpoint(Path(model_dir), checkpoint, "cpu")
+    check_expressible(loaded.config.model)  # an RNN, say: refused before anything is written
     tokenizers = Tokenizers.load(model_dir_of(loaded.path))
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.export-"))

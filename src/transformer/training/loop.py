@@ -32,7 +32,7 @@ from ..config import RunConfig, TrainConfig
 from ..data.batching import example_lengths
 from ..device import autocast, grad_scaler, prepare_runtime
 from ..errors import Interrupted, LostContact
-from ..model.transformer import Transformer
+from ..model.build import build_model
 from ..model_dir import WEIGHTS, load_weights, save_checkpoint, update_index
 from .checkpoint import load_trainer_state, prune_checkpoints, resume_point
 from .distributed import World, finish, init, shard, world_from_env
@@ -168,7 +168,7 @@ def run_job(job: Job) -> TrainResult:
     scaler = grad_scaler(device, runtime.precision)
     torch.manual_seed(t.seed)
     random.seed(t.seed)
-    model = Transformer(config.model).to(device)
+    model = build_model(config.model).to(device)  # the Transformer, or the RNN (model/build.py)
     if world.distributed:
         torch.manual_seed(t.seed + 1000 * world.rank)  # each rank its own dropout masks
     trained = DDP(model, device_ids=[device] if device.type == "cuda" else None) if (
@@ -214,7 +214,7 @@ def run_job(job: Job) -> TrainResult:
     with StopRequests() as stop:
         while not _finished(state.step, state.position, t, time.perf_counter() - started):
             state.step += 1
-            lr = learning_rate(state.step, time.perf_counter() - started, config.model.d_model, t)
+            lr = learning_rate(state.step, time.perf_counter() - started, config.model.width, t)
             set_learning_rate(optimizer, lr)
             group = []  # the step's batches, the same on every rank
             for _ in range(t.accumulate * world.size):

@@ -12,12 +12,12 @@ import torch
 from ..config import RunConfig
 from ..data.batching import collate, make_batches
 from ..inference.translate import translate
-from ..model.transformer import Transformer
+from ..model.build import Seq2Seq
 from .loss import label_smoothed_nll
 
 
 @torch.inference_mode()
-def validation_loss(model: Transformer, prepared, config: RunConfig) -> dict[str, float]:
+def validation_loss(model: Seq2Seq, prepared, config: RunConfig) -> dict[str, float]:
     """Label-smoothed loss and perplexity (exp of the plain NLL) per target token."""
     model.eval()
     device = next(model.parameters()).device
@@ -38,7 +38,7 @@ def validation_loss(model: Transformer, prepared, config: RunConfig) -> dict[str
     }
 
 
-def validation_bleu(model: Transformer, prepared, config: RunConfig) -> dict[str, float]:
+def validation_bleu(model: Seq2Seq, prepared, config: RunConfig) -> dict[str, float]:
     """Greedy translations of a fixed validation subset: sacreBLEU and exact-match accuracy."""
     pairs = prepared.valid_pairs[: config.train.bleu_sentences]
     if not pairs:
@@ -51,7 +51,7 @@ def validation_bleu(model: Transformer, prepared, config: RunConfig) -> dict[str
     return {"valid_bleu": bleu, "valid_exact": exact / len(pairs)}
 
 
-def validate(model: Transformer, prepared, config: RunConfig) -> dict[str, float]:
+def validate(model: Seq2Seq, prepared, config: RunConfig) -> dict[str, float]:
     """All validation metrics; leaves the model in eval mode."""
     metrics = validation_loss(model, prepared, config)
     if config.train.bleu_sentences:
