@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from transformer.cli import config_from_args
-from transformer.config import DecodeConfig, ModelConfig
+from transformer.config import DecodeConfig, ModelConfig, RuntimeConfig
 from transformer.errors import UserError
 from transformer.export.spec import check_expressible
 from transformer.inference import greedy_search
 from transformer.inference.beam import beam_search
+from transformer.inference.engine import load_torch_engine
 from transformer.inspect.info import parameter_table
 from transformer.model import (
     AdditiveAttention,
@@ -27,7 +28,7 @@ from transformer.training.loop import train
 from transformer.training.loss import label_smoothed_nll
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
-from helpers import TINY_NUMBERS, padded, weights
+from helpers import TINY_NUMBERS, cli, client_for, padded, weights
 
 V = 30  # target vocabulary of the random models
 KINDS = [("gru", "none"), ("gru", "bahdanau"), ("lstm", "luong"), ("lstm", "bahdanau")]
@@ -303,3 +304,39 @@ def test_an_rnn_run_resumes_exactly(tmp_path):
     assert "encoder.rnn.weight_hh_l0" in expected  # an RNN was trained
     assert expected.keys() == resumed.keys()
     assert [k for k in expected if not torch.equal(expected[k], resumed[k])] == []
+
+
+# --- The commands ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_commands_take_an_rnn_run(rnn_numbers_model, tmp_path, capsys):
+    run = str(rnn_numbers_model)
+    code, said, err = cli(["attention", run, "seven hundred", "--out", str(tmp_path), "--html"],
+                          capsys)  # fmt: skip
+    assert code == 0, err
+    drawn = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert drawn == ["cross_layer0_head0.png", "cross_layer0_mean.png"]  # α_ij, no self-attention
+    assert "RNN encoder-decoder" in (tmp_path / "report.html").read_text()
+    code, said, _ = cli(["info", "--architecture", "rnn", "--rnn_hidden", "32"], capsys)
+    assert code == 0 and "bidirectional GRU" in said and "attention (bahdanau)" in said
+    code, _, err = cli(["export", run, "--to", "ctranslate2", str(tmp_path / "ct2")], capsys)
+    assert code == 2 and "architecture is 'rnn'" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "ct2").exists()
+
+
+@pytest.mark.slow
+def test_serve_draws_the_rnns_attention_as_one_layer_and_head(rnn_numbers_model):
+    engine = load_torch_engine(rnn_numbers_model, runtime=RuntimeConfig(device="cpu"))
+    with client_for(engine) as client:
+        seen = client.post("/attention", json={"sentence": "seven hundred and seventy-one"})
+        said = client.post("/translate", json={"sentences": ["seven hundred and seventy-one"]})
+    assert seen.status_code == 200, seen.text
+    seen = seen.json()
+    assert seen["translation"] == said.json()["translations"][0]["text"]
+    (layer,) = seen["cross_attention"]  # [layer][head][row][column]
+    (alpha,) = layer
+    assert len(alpha) == len(seen["target_tokens"])
+    for row in alpha:
+        assert len(row) == len(seen["source_tokens"])
+        assert sum(row) == pytest.approx(1.0, abs=1e-3)
