@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from sacrebleu.metrics import BLEU
 
+from transformer.data import load_splits
 from transformer.data.batching import make_batches
 from transformer.data.binarized import TokenDataset
 from transformer.inspect.compare import length_buckets
@@ -78,6 +80,15 @@ def test_compare_writes_the_report_with_figures_that_agree_with_other_paths(
                              str(tmp_path / "test.hyp")], capsys)  # fmt: skip
         assert code == 0 and f"BLEU = {run['bleu']:.2f}" in said
         loaded = load_checkpoint(Path(path))
+        # Each bucket's BLEU = sacreBLEU (effective order) on evaluate's hypotheses in it.
+        hypotheses = (tmp_path / "test.hyp").read_text().splitlines()
+        test = load_splits(loaded.config.data).test
+        for (low, high), score in zip(numbers["buckets"], run["bucket_bleu"], strict=True):
+            rows = [i for i, (s, _) in enumerate(test) if low <= len(s.split()) <= high]
+            references = [[test[i][1] for i in rows]]
+            expected = BLEU(effective_order=True).corpus_score([hypotheses[i] for i in rows],
+                                                               references)  # fmt: skip
+            assert score == pytest.approx(expected.score)
         assert run["parameters"] == sum(p.numel() for p in loaded.model.parameters())
         assert len(run["bucket_bleu"]) == len(numbers["buckets"])
         assert len(run["forward_ms"]) == len(numbers["lengths"])
@@ -90,6 +101,7 @@ def test_compare_writes_the_report_with_figures_that_agree_with_other_paths(
         batches = make_batches(dataset, train.max_tokens, train.seed, 0)
         tokens = sum(dataset.batch(b).n_padded for b in batches)
         assert run["seconds_per_epoch"] == pytest.approx(tokens / rate)
+    assert any(score > 0 for run in numbers["runs"] for score in run["bucket_bleu"])  # not vacuous
     # Again into the same folder: an earlier report is replaced.
     before = snapshot(out)
     code, _, err = cli(["compare", *runs, "--out", str(out), "--beam_size", "1"], capsys)

@@ -3,7 +3,10 @@
 For each run (a model directory with its ``metrics.jsonl``), on the test split they share:
 - BLEU by source-length bucket, one line per model: the notes' "Sentence Length ↑↑ → score ↓↓"
   for the encoder-decoder without attention, and "long Sentence Accuracy ↑↑" with it (Bahdanau
-  et al. 2015, figure 2);
+  et al. 2015, figure 2). A bucket is scored with sacreBLEU's effective order (the n-gram orders
+  its sentences have): standard corpus BLEU is 0 for a bucket of one- to three-word sentences
+  however good their translations, since they hold no 4-grams; where every order has counts the
+  two are equal. The whole test split is scored the standard way, as ``evaluate`` does;
 - training speed, from the run's own log: tokens per second (source + target, padding
   included, the median of its log lines) and the seconds one epoch of its training set takes at
   that speed;
@@ -24,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import sacrebleu
 import torch
+from sacrebleu.metrics import BLEU
 
 from ..config import DecodeConfig, ModelConfig, RuntimeConfig
 from ..data.batching import make_batches
@@ -76,6 +79,7 @@ class Comparison:
     lengths: list[int]
     forward_batch: int
     device: str
+    signatures: dict[str, str]  # sacreBLEU's, of the whole split and of the buckets
 
 
 def describe_model(config: ModelConfig) -> str:
@@ -120,11 +124,11 @@ def _bucket_of(length: int, buckets: list[tuple[int, int]]) -> int:
     return next(i for i, (low, high) in enumerate(buckets) if low <= length <= high)
 
 
-def _scores(hypotheses: list[str], references: list[str]) -> tuple[float, float]:
+def _scores(hypotheses: list[str], references: list[str], bleu: BLEU) -> tuple[float, float]:
     """(corpus BLEU, exact-match share)."""
-    bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    score = bleu.corpus_score(hypotheses, [references]).score
     exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references, strict=True))
-    return bleu, exact / len(references)
+    return score, exact / len(references)
 
 
 def training_speed(path: Path) -> tuple[int, float | None, float | None, float | None]:
@@ -229,16 +233,18 @@ def compare_runs(
     src_lengths = [len(s.split()) for s in sources]
     buckets = length_buckets(src_lengths)
     in_bucket = [_bucket_of(n, buckets) for n in src_lengths]
+    whole, by_bucket = BLEU(), BLEU(effective_order=True)
     runs = []
     for path in paths:
         engine = load_torch_engine(path, checkpoint, runtime, **(search or {}))
         hypotheses = engine.translate(sources).best
-        bleu, exact = _scores(hypotheses, references)
+        bleu, exact = _scores(hypotheses, references, whole)
         summary = RunSummary(path.name, str(path), describe_model(engine.config.model),
                              engine.parameters, *training_speed(path), bleu, exact)  # fmt: skip
         for b in range(len(buckets)):
             rows = [i for i, k in enumerate(in_bucket) if k == b]
-            scores = _scores([hypotheses[i] for i in rows], [references[i] for i in rows])
+            scores = _scores([hypotheses[i] for i in rows], [references[i] for i in rows],
+                             by_bucket)  # fmt: skip
             summary.bucket_bleu.append(scores[0])
             summary.bucket_exact.append(scores[1])
         with engine.precision():
@@ -246,8 +252,9 @@ def compare_runs(
         runs.append(summary)
         device = engine.device
     sizes = [in_bucket.count(b) for b in range(len(buckets))]
+    signatures = {"all": str(whole.get_signature()), "buckets": str(by_bucket.get_signature())}
     return Comparison(runs, description, len(sources), buckets, sizes, lengths, forward_batch,
-                      device)  # fmt: skip
+                      device, signatures)  # fmt: skip
 
 
 def _describe_test(data, count: int) -> str:

@@ -107,7 +107,10 @@ def markdown(c: Comparison) -> str:
         "\"Sentence Length ↑↑ → score ↓↓\" for the encoder-decoder that squeezes the sentence "
         "into one vector; attention gives each target word its own context c_i = Σ_j α_ij h_j.",
         "", "![BLEU by source length](bleu_by_length.png)", "",
-        "BLEU by source length in words (sentences in the bucket):", "",
+        "BLEU by source length in words (sentences in the bucket); a bucket is scored with "
+        "sacreBLEU's effective order, since a bucket of short sentences holds no 4-grams "
+        f"(`{c.signatures['buckets']}`); \"all\" is the standard corpus BLEU "
+        f"(`{c.signatures['all']}`):", "",
     ]  # fmt: skip
     head = ["model", *_bucket_labels(c, " "), "all"]
     lines += _table(head, [[r.name, *map(_fmt, r.bucket_bleu), _fmt(r.bleu)] for r in c.runs])
