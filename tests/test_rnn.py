@@ -3,6 +3,7 @@ keeps (alone = in a padded batch, causality, stepwise = teacher forcing, beam 1 
 same search and checkpoints, a small task learned, and exact resume."""
 
 import shutil
+from dataclasses import replace
 
 import pytest
 import torch
@@ -28,7 +29,7 @@ from transformer.training.loop import train
 from transformer.training.loss import label_smoothed_nll
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
-from helpers import TINY_NUMBERS, cli, client_for, padded, weights
+from helpers import TINY_NUMBERS, assert_error, cli, client_for, padded, weights
 
 V = 30  # target vocabulary of the random models
 KINDS = [("gru", "none"), ("gru", "bahdanau"), ("lstm", "luong"), ("lstm", "bahdanau")]
@@ -340,3 +341,9 @@ def test_serve_draws_the_rnns_attention_as_one_layer_and_head(rnn_numbers_model)
     for row in alpha:
         assert len(row) == len(seen["source_tokens"])
         assert sum(row) == pytest.approx(1.0, abs=1e-3)
+    # Without attention there is nothing to draw: 501, as for the CTranslate2 engine.
+    config = replace(engine.config, model=replace(engine.config.model, rnn_attention="none"))
+    without = replace(engine, model=build_model(config.model).eval(), config=config)
+    with client_for(without) as client:
+        answer = client.post("/attention", json={"sentence": "seven"})
+    assert_error(answer, 501, "not_implemented", "no attention")
