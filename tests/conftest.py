@@ -54,6 +54,21 @@ def copy_model(tmp_path_factory) -> Path:
     return folder / "model"
 
 
+@pytest.fixture(scope="session")
+def rnn_numbers_model(tmp_path_factory) -> Path:
+    """The same data as ``numbers_model``, learned for a few seconds by a GRU with Bahdanau
+    attention (tests/test_rnn.py, tests/test_compare.py)."""
+    out = tmp_path_factory.mktemp("numbers_rnn") / "model"
+    args = [
+        *TINY_NUMBERS, "--architecture", "rnn", "--rnn_attention", "bahdanau",
+        "--rnn_hidden", "32", "--rnn_embedding", "32", "--max_steps", "30", "--save_every", "15",
+        "--validate_every", "15", "--log_every", "5", "--peak_lr", "3e-3",
+        "--bleu_sentences", "10", "--best_metric", "loss", "--threads", "1",
+    ]  # fmt: skip
+    train(config_from_args(args), out, progress=False)  # one thread: see test_rnn.one_thread
+    return out
+
+
 @pytest.fixture(scope="module")
 def torch_engine(numbers_model):
     """The tests' number-words model as our engine, on the CPU."""

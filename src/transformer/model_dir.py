@@ -36,7 +36,7 @@ from safetensors.torch import load, save
 from .config import RunConfig, build_config
 from .errors import UserError
 from .files import describe_os_error, fsync_dir, remove_tree, write_json_atomic
-from .model.transformer import Transformer
+from .model.build import Seq2Seq, build_model
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -47,13 +47,13 @@ INDEX = "index.json"
 log = logging.getLogger(__name__)
 
 
-def model_state(model: Transformer) -> dict[str, torch.Tensor]:
+def model_state(model: Seq2Seq) -> dict[str, torch.Tensor]:
     """The weights to save. ``named_parameters`` lists a tied tensor once, under its first name
     (safetensors refuses two names for one storage)."""
     return {name: p.detach().contiguous() for name, p in model.named_parameters()}
 
 
-def _serialize(model: Transformer, config: RunConfig, trainer: dict | None) -> dict[str, bytes]:
+def _serialize(model: Seq2Seq, config: RunConfig, trainer: dict | None) -> dict[str, bytes]:
     """The checkpoint's files as bytes, so that writing them is plain file I/O whose errors
     (a full disk above all) are OSErrors that say what happened."""
     weights = {name: tensor.cpu() for name, tensor in model_state(model).items()}  # any device
@@ -69,7 +69,7 @@ def _serialize(model: Transformer, config: RunConfig, trainer: dict | None) -> d
 
 
 def save_checkpoint(
-    checkpoints: Path, name: str, model: Transformer, config: RunConfig, trainer: dict | None
+    checkpoints: Path, name: str, model: Seq2Seq, config: RunConfig, trainer: dict | None
 ) -> Path:
     """Writes checkpoint ``name`` atomically and returns its folder (index.json is not touched).
 
@@ -141,7 +141,7 @@ def is_complete(folder: Path) -> bool:
 class Loaded:
     """A model ready to use, with its config and the folder it came from."""
 
-    model: Transformer
+    model: Seq2Seq
     config: RunConfig
     path: Path
 
@@ -187,7 +187,7 @@ def load_checkpoint(path: Path, which: str = "best", device: torch.device | str 
     """
     folder = resolve_checkpoint(Path(path), which)
     config = read_config(folder)
-    model = Transformer(config.model)
+    model = build_model(config.model)  # the Transformer or the RNN the config names
     load_weights(model, folder / WEIGHTS)
     return Loaded(model.to(device).eval(), config, folder)
 
@@ -205,7 +205,7 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
         raise UserError(f"{path} is damaged ({reason}); it cannot be loaded") from None
 
 
-def load_weights(model: Transformer, path: Path) -> None:
+def load_weights(model: Seq2Seq, path: Path) -> None:
     """Copies safetensors weights into ``model``; names and shapes must match exactly."""
     state = read_weights(path)
     expected = model_state(model)

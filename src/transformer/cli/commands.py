@@ -1,7 +1,8 @@
 """The command table: each subcommand's help, the config sections it takes, its options, its run.
 
 Each run parses nothing itself and makes one call into the library (training.py: info, train,
-demo, average; translating.py: translate, evaluate, score, attention, serve, export, explain).
+demo, average; translating.py: translate, evaluate, score, attention, compare, serve, export,
+explain).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from .training import (
 from .translating import (
     _attention,
     _attention_options,
+    _compare,
+    _compare_options,
     _evaluate,
     _evaluate_options,
     _explain,
@@ -113,4 +116,11 @@ COMMANDS = {
                          "self-attention and encoder-decoder attention of every layer and head "
                          "(rows: queries, columns: keys), head-averaged alignments and "
                          "positional-encoding plots.", skip=TRAINING_ONLY),
+    "compare": Command("trained runs side by side: BLEU by sentence length, speed, size",
+                       ("decode", "runtime"), _compare_options, _compare,
+                       "Translates the test split shared by RUNS and writes into --out a report "
+                       "(report.md, PNG and SVG plots, compare.json): BLEU by source-length "
+                       "bucket, training tokens per second and seconds per epoch (from each run's "
+                       "metrics.jsonl), the time of a forward pass against sentence length, and "
+                       "parameters. --decode.* options apply to every run.", skip=TRAINING_ONLY),
 }  # fmt: skip

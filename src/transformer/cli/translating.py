@@ -1,4 +1,5 @@
-"""The commands that use a trained model: translate, evaluate, score, attention, serve, export,
+"""The commands that use a trained model: translate, evaluate, score, attention, compare, serve,
+export,
 explain."""
 
 from __future__ import annotations
@@ -143,6 +144,26 @@ def _attention(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     layer, head = (None if n is None else n - 1 for n in (ns.layer, ns.head))  # indices from 0
     lines = attention_job(engine, ns.sentence, Path(ns.out), layer, head, ns.html)
     print("\n".join(lines))
+
+
+def _compare_options(p: ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", help="the training runs (model directories) to compare")
+    p.add_argument("--out", required=True, help="the report's folder: new, empty, or an earlier "
+                   "report (replaced)")  # fmt: skip
+    p.add_argument("--checkpoint", default="best", choices=["best", "last"],
+                   help="which checkpoint of each run")  # fmt: skip
+
+
+def _compare(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+    from ..inspect.compare import compare_runs
+    from ..inspect.compare_report import check_report_folder, write_report
+
+    out = Path(ns.out)
+    check_report_folder(out)  # before hours of measuring
+    found = compare_runs([Path(run) for run in ns.runs], ns.checkpoint, runtime_of(given),
+                         given.get("decode", {}))  # fmt: skip
+    files = write_report(found, out)
+    print(f"compared {len(found.runs)} runs on the {found.test}; report: {files[0]}")
 
 
 def _serve_options(p: ArgumentParser) -> None:

@@ -11,13 +11,13 @@ service's own config, ``ServeConfig``, lives with the service (``serve/config.py
 from .data import TOKENIZER_KINDS, DataConfig
 from .decode import DecodeConfig
 from .files import build_config, builtin_configs, load_config, read_yaml
-from .model import MODEL_PRESETS, POSITIONAL_KINDS, ModelConfig
+from .model import MODEL_PRESETS, POSITIONAL_KINDS, RNN_KEYS, ModelConfig
 from .run import SECTIONS, RunConfig
 from .runtime import PRECISIONS, RuntimeConfig
 from .train import TrainConfig
 
 __all__ = [
-    "MODEL_PRESETS", "POSITIONAL_KINDS", "PRECISIONS", "SECTIONS", "TOKENIZER_KINDS",
+    "MODEL_PRESETS", "POSITIONAL_KINDS", "PRECISIONS", "RNN_KEYS", "SECTIONS", "TOKENIZER_KINDS",
     "DataConfig", "DecodeConfig", "ModelConfig", "RunConfig", "RuntimeConfig", "TrainConfig",
     "build_config", "builtin_configs", "load_config", "read_yaml",
 ]  # fmt: skip

@@ -10,6 +10,13 @@ from .checks import check_finite, check_positive, check_probability, check_types
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 POSITIONAL_LAYOUTS = ("interleaved", "halves")
 ACTIVATIONS = ("relu", "gelu", "silu", "swish")
+ARCHITECTURES = ("transformer", "rnn")
+RNN_CELLS = ("gru", "lstm")
+RNN_ATTENTIONS = ("none", "bahdanau", "luong")
+# The keys only the RNN encoder-decoder reads; the Transformer ignores them (and the RNN ignores
+# the Transformer's sizes: d_model, n_heads, d_ff, the layer counts, positional, norm_first, ...).
+RNN_KEYS = ("rnn_cell", "rnn_attention", "rnn_hidden", "rnn_layers", "rnn_embedding",
+            "rnn_dropout")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -18,6 +25,10 @@ class ModelConfig:
 
     ``d_model`` is the width of every token vector, split into ``n_heads`` heads of
     ``d_model // n_heads``; ``d_ff`` is the inner width of the position-wise feed-forward network.
+    ``architecture: rnn`` builds the Transformer's predecessor instead, the RNN encoder-decoder
+    with or without attention (Bahdanau et al. 2015; Luong et al. 2015), sized by the ``rnn_*``
+    keys. Vocabulary sizes, ``max_positions``, ``share_embeddings`` and ``tie_output`` apply to
+    both.
     """
 
     src_vocab_size: int = 32000
@@ -60,6 +71,20 @@ class ModelConfig:
     """Output projection reuses the target embedding matrix (§3.4)."""
     output_bias: bool = False
     """A learned bias on the output logits (Marian's final_logits_bias)."""
+    architecture: str = "transformer"
+    """"transformer", or "rnn": the RNN encoder-decoder the Transformer replaced."""
+    rnn_cell: str = "gru"
+    """RNN: the recurrent cell, "gru" or "lstm"."""
+    rnn_attention: str = "bahdanau"
+    """RNN: "none" (one fixed context vector), "bahdanau" (additive) or "luong" (multiplicative)."""
+    rnn_hidden: int = 512
+    """RNN: hidden units per direction of the encoder, and of the decoder."""
+    rnn_layers: int = 1
+    """RNN: stacked layers of the encoder and of the decoder."""
+    rnn_embedding: int = 512
+    """RNN: width of the word embeddings and of the readout before the output layer."""
+    rnn_dropout: float = 0.1
+    """RNN: on embeddings, between stacked layers and on the readout."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -74,13 +99,22 @@ class ModelConfig:
             "n_encoder_layers",
             "n_decoder_layers",
             "max_positions",
+            "rnn_hidden",
+            "rnn_layers",
+            "rnn_embedding",
         )
         if self.d_model % self.n_heads:
             raise BadValue(
                 f"ModelConfig.d_model ({self.d_model}) must be divisible by "
                 f"ModelConfig.n_heads ({self.n_heads})"
             )
-        check_probability(self, "dropout", "attention_dropout", "activation_dropout")
+        check_probability(self, "dropout", "attention_dropout", "activation_dropout", "rnn_dropout")
+        for name, allowed in (("architecture", ARCHITECTURES), ("rnn_cell", RNN_CELLS),
+                              ("rnn_attention", RNN_ATTENTIONS)):  # fmt: skip
+            if getattr(self, name) not in allowed:
+                raise BadValue(
+                    f"ModelConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}"
+                )
         if self.positional not in POSITIONAL_KINDS:
             raise BadValue(
                 f"ModelConfig.positional must be one of {POSITIONAL_KINDS}, got {self.positional!r}"
@@ -108,6 +142,12 @@ class ModelConfig:
         """The decoder layer whose encoder-decoder attention, averaged over its heads, gives word
         alignments: the last; inference/alignment.py says why."""
         return self.n_decoder_layers - 1
+
+    @property
+    def width(self) -> int:
+        """The model's width, which the learning-rate schedule scales by: d_model, or for the
+        RNN its hidden size."""
+        return self.rnn_hidden if self.architecture == "rnn" else self.d_model
 
     @classmethod
     def preset(cls, name: str, **overrides: object) -> ModelConfig:

@@ -27,7 +27,7 @@ from ..errors import UserError
 from ..files import built_aside, write_json_atomic
 from ..model.transformer import Transformer
 from ..model_dir import load_checkpoint, model_dir_of
-from .spec import import_ctranslate2, transformer_spec
+from .spec import check_expressible, import_ctranslate2, transformer_spec
 
 MARKER = "transformer-export.json"
 FORMAT = "transformer/ctranslate2"
@@ -104,6 +104,7 @@ def export_model(
                         f"{', '.join(QUANTIZATIONS)}")  # fmt: skip
     check_replaceable(out)
     loaded = load_checkpoint(Path(model_dir), checkpoint, "cpu")
+    check_expressible(loaded.config.model)  # an RNN, say: refused before anything is written
     tokenizers = Tokenizers.load(model_dir_of(loaded.path))
     with built_aside(out, "export") as staging:
         save_model(loaded.model, tokenizers, loaded.config, staging, quantization, str(loaded.path))

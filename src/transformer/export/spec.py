@@ -39,9 +39,10 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from ..config import ModelConfig
+from ..config import RNN_KEYS, ModelConfig
 from ..errors import UserError
 from ..model.attention import MultiHeadAttention
+from ..model.build import require_transformer
 from ..model.layers import FeedForward, LayerNorm
 from ..model.transformer import Transformer
 
@@ -69,6 +70,8 @@ CARRIED = {
     "dropout": "nothing (inference)",
     "attention_dropout": "nothing (inference)",
     "activation_dropout": "nothing (inference)",
+    "architecture": "TransformerSpec itself (an RNN is refused first)",
+    **{key: "nothing (only the RNN reads it)" for key in RNN_KEYS},
 }
 POSITIONAL = ("sinusoidal", "learned")  # both become an explicit table of encodings
 # ctranslate2.specs.Activation's member for each of ours (its GELU is the exact erf form).
@@ -88,6 +91,7 @@ def import_ctranslate2() -> ModuleType:
 
 def check_expressible(config: ModelConfig) -> None:
     """Raises a UserError naming the first feature of ``config`` that the spec cannot express."""
+    require_transformer(config, "export to CTranslate2")
     defaults = ModelConfig()
     for field in dataclasses.fields(ModelConfig):
         value = getattr(config, field.name)

@@ -66,7 +66,7 @@ from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..export.folder import is_export, read_export, save_model
 from ..export.spec import import_ctranslate2
-from ..model.transformer import Transformer
+from ..model.build import build_model, require_transformer
 from ..model_dir import load_checkpoint, model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .score import ScoreResult, score_with
@@ -136,7 +136,7 @@ class CTranslate2Engine:
     def parameters(self) -> int:
         """The parameter count of the model it was exported from (built on the meta device)."""
         with torch.device("meta"):
-            model = Transformer(self.config.model)
+            model = build_model(self.config.model)
         return sum(p.numel() for p in model.parameters())
 
     def translate(
@@ -295,6 +295,7 @@ def load_ctranslate2(
     else:
         with _torch_on_one_thread():
             loaded = load_checkpoint(path, checkpoint, "cpu")
+            require_transformer(loaded.config.model, "run on the ctranslate2 engine")
             config, path = loaded.config, loaded.path
             tokenizers = Tokenizers.load(model_dir_of(path))
             with tempfile.TemporaryDirectory(prefix="transformer-ct2-") as folder:

@@ -20,7 +20,7 @@ from ..config import DecodeConfig, RunConfig, RuntimeConfig
 from ..data.tokenizer import Tokenizers
 from ..device import autocast, prepare_runtime
 from ..errors import UserError
-from ..model.transformer import Transformer
+from ..model.build import Seq2Seq
 from ..model_dir import load_checkpoint, model_dir_of
 from .score import ScoreResult, score_ids, score_with
 from .translate import TranslationResult, translate
@@ -30,7 +30,7 @@ from .translate import TranslationResult, translate
 class TorchEngine:
     """A model ready to translate: weights (on their device), tokenizers, the search to use."""
 
-    model: Transformer
+    model: Seq2Seq
     tokenizers: Tokenizers
     decode: DecodeConfig
     config: RunConfig  # saved with the checkpoint

@@ -6,7 +6,8 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from ..model.transformer import Transformer
+from ..model.build import Seq2Seq, build_model
+from ..model.rnn import RNNEncoderDecoder
 
 
 def _count(module: nn.Module, seen: set[int]) -> int:
@@ -19,10 +20,13 @@ def _count(module: nn.Module, seen: set[int]) -> int:
     return total
 
 
-def parameter_table(model: Transformer) -> list[tuple[str, int]]:
-    """(part, parameter count) rows in the order of Figure 1; the last row is the total."""
+def parameter_table(model: Seq2Seq) -> list[tuple[str, int]]:
+    """(part, parameter count) rows in the order of Figure 1 (for the RNN: of its data flow);
+    the last row is the total."""
     config: ModelConfig = model.config
     seen: set[int] = set()
+    if isinstance(model, RNNEncoderDecoder):
+        return _rnn_rows(model, seen)
     rows: list[tuple[str, int]] = []
     shared = " (shared with source)" if config.share_embeddings else ""
     rows.append(("source token embedding", _count(model.src_embed.tokens, seen)))
@@ -51,14 +55,40 @@ def parameter_table(model: Transformer) -> list[tuple[str, int]]:
     return rows
 
 
+def _rnn_rows(model: RNNEncoderDecoder, seen: set[int]) -> list[tuple[str, int]]:
+    """``parameter_table`` of the RNN encoder-decoder."""
+    config, decoder = model.config, model.decoder
+    shared = " (shared with source)" if config.share_embeddings else ""
+    cell, attention = config.rnn_cell.upper(), config.rnn_attention
+    rows = [
+        ("source word embedding", _count(model.encoder.embedding, seen)),
+        (f"target word embedding{shared}", _count(decoder.embedding, seen)),
+        (f"encoder bidirectional {cell} x{config.rnn_layers}", _count(model.encoder.rnn, seen)),
+        ("decoder initial state s_0 (W_s)", _count(decoder.bridge, seen)),
+        (f"decoder {cell} x{config.rnn_layers}", _count(decoder.rnn, seen)),
+        (f"attention ({attention})", _count(decoder.attention, seen) if decoder.attention else 0),
+        ("readout", _count(decoder.readout, seen)),
+    ]
+    tied = " (tied to target embedding)" if config.tie_output else ""
+    rows.append((f"output linear{tied}", _count(model.output, seen)))
+    rows.append(("total", sum(count for _, count in rows)))
+    return rows
+
+
 def format_table(rows: list[tuple[str, int]], config: ModelConfig) -> str:
     """The table as text, with the config line on top."""
+    vocab = f"vocab={config.src_vocab_size}/{config.tgt_vocab_size}"
     head = (
         f"d_model={config.d_model} heads={config.n_heads} d_ff={config.d_ff} "
-        f"layers={config.n_encoder_layers}+{config.n_decoder_layers} "
-        f"vocab={config.src_vocab_size}/{config.tgt_vocab_size} "
+        f"layers={config.n_encoder_layers}+{config.n_decoder_layers} {vocab} "
         f"{'post' if not config.norm_first else 'pre'}-norm"
     )
+    if config.architecture == "rnn":
+        head = (
+            f"rnn cell={config.rnn_cell} attention={config.rnn_attention} "
+            f"hidden={config.rnn_hidden} embedding={config.rnn_embedding} "
+            f"layers={config.rnn_layers} {vocab}"
+        )
     width = max(len(name) for name, _ in rows)
     lines = [head, ""]
     for name, count in rows:
@@ -74,5 +104,5 @@ def describe(config: ModelConfig) -> str:
     """The parameter table of a model built from ``config`` (``transformer info``). The model
     is built on the meta device: shapes without memory, so any size can be described."""
     with torch.device("meta"):
-        model = Transformer(config)
+        model = build_model(config)
     return format_table(parameter_table(model), config)

@@ -131,7 +131,7 @@ def write_html_report(
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>Attention: {_e(source)}</title><style>{_CSS}</style></head><body>",
-        "<h1>Attention in the Transformer</h1>",
+        f"<h1>Attention in the {'Transformer' if maps.encoder else 'RNN encoder-decoder'}</h1>",
         _facts(facts),
         f"<p>Source tokens: {_tokens(src_labels)}</p>",
         f"<p>Decoder input tokens: {_tokens(tgt_labels)}</p>",
@@ -145,7 +145,9 @@ def write_html_report(
     for panel in means:
         parts += [f"<h3>Layer {panel.layer}</h3>", _img(panel, annotate=True), weights_table(panel)]
     for kind in KINDS:
-        parts += _kind_section(kind, [p for p in panels if p.kind == kind])
+        in_kind = [p for p in panels if p.kind == kind]
+        if in_kind:  # an RNN has encoder-decoder attention only
+            parts += _kind_section(kind, in_kind)
     parts.append("</body></html>")
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,9 @@ each heatmap from ``AttentionMaps`` (what tests check); ``draw_panel`` turns one
 matplotlib figure and ``save_panel`` writes it as PNG and SVG. Figures are built with
 ``matplotlib.figure.Figure`` rather than pyplot: no screen, no global figure registry to leak.
 
-Layers and heads are numbered from 0, as in ``model.encoder.layers[0]``.
+Layers and heads are numbered from 0, as in ``model.encoder.layers[0]``. An RNN encoder-decoder
+has one "layer" of encoder-decoder attention with one "head", its α_ij, and no self-attention:
+only its ``cross`` panels are drawn (as Bahdanau et al. 2015, figure 3).
 
 Shapes: B batch, H heads, S source length, T target length, P positions, D model width.
 """
@@ -83,8 +85,7 @@ def _check_selection(
     batch_index: int,
 ) -> tuple[tuple[str, ...], tuple[str, ...], int]:
     """Validates a selection; returns the source labels, target labels and number of heads."""
-    batch, n_heads, n_src = maps.encoder[0].shape[:3]
-    n_tgt = maps.decoder[0].cross_attention.shape[2]
+    batch, n_heads, n_tgt, n_src = maps.decoder[0].cross_attention.shape
     n_layers = max(len(maps.encoder), len(maps.decoder))
     layer_counts = f"{len(maps.encoder)} encoder, {len(maps.decoder)} decoder layers"
     _check_index("layer", layer, n_layers, layer_counts)
@@ -115,9 +116,10 @@ def attention_panels(
         panel matrices are (S, S), (T, T) and (T, S), cropped to the labelled tokens.
     """
     src, tgt, n_heads = _check_selection(maps, src_labels, tgt_labels, layer, head, batch_index)
+    decoder_self = [d.self_attention for d in maps.decoder if d.self_attention is not None]
     per_kind = {  # per-layer (B, H, Tq, Tk) weights, query labels, key labels
         "encoder_self": (maps.encoder, src, src),
-        "decoder_self": ([d.self_attention for d in maps.decoder], tgt, tgt),
+        "decoder_self": (decoder_self, tgt, tgt),
         "cross": ([d.cross_attention for d in maps.decoder], tgt, src),
     }
     unknown = [kind for kind in kinds if kind not in per_kind]

@@ -1,6 +1,8 @@
 """The Transformer itself, in the order of the paper's Figure 1: masks, attention, layers
 (layer normalisation, feed-forward), embeddings and positional encodings, encoder, decoder,
-the key/value cache, and the whole model."""
+the key/value cache, and the whole model; then its predecessor, the RNN encoder-decoder (RNN
+encoder, RNN attention, RNN decoder, the whole model); and ``build_model``, which builds either
+from a ModelConfig."""
 
 from .attention import (
     MultiHeadAttention,
@@ -8,18 +10,25 @@ from .attention import (
     attention_reference,
     scaled_dot_product_attention,
 )
+from .build import Seq2Seq, build_model, require_transformer
 from .cache import DecoderCache, LayerCache
 from .decoder import Decoder, DecoderAttention, DecoderLayer
 from .embeddings import Embeddings, TokenEmbedding, sinusoidal_table
 from .encoder import Encoder, EncoderLayer
 from .layers import FeedForward, LayerNorm, layer_norm_reference
 from .masks import combined_mask, look_ahead_mask, padding_mask
+from .rnn import RNNEncoderDecoder
+from .rnn_attention import AdditiveAttention, MultiplicativeAttention, attend
+from .rnn_decoder import RNNDecoder, RNNState
+from .rnn_encoder import RNNEncoder
 from .transformer import AttentionMaps, Transformer
 
 __all__ = [
-    "AttentionMaps", "Decoder", "DecoderAttention", "DecoderCache", "DecoderLayer", "Embeddings",
-    "Encoder", "EncoderLayer", "FeedForward", "LayerCache", "LayerNorm", "MultiHeadAttention",
-    "TokenEmbedding", "Transformer", "attention_fused", "attention_reference", "combined_mask",
-    "layer_norm_reference", "look_ahead_mask", "padding_mask", "scaled_dot_product_attention",
-    "sinusoidal_table",
+    "AdditiveAttention", "AttentionMaps", "Decoder", "DecoderAttention", "DecoderCache",
+    "DecoderLayer", "Embeddings", "Encoder", "EncoderLayer", "FeedForward", "LayerCache",
+    "LayerNorm", "MultiHeadAttention", "MultiplicativeAttention", "RNNDecoder", "RNNEncoder",
+    "RNNEncoderDecoder", "RNNState", "Seq2Seq", "TokenEmbedding", "Transformer", "attend",
+    "attention_fused", "attention_reference", "build_model", "combined_mask",
+    "layer_norm_reference", "look_ahead_mask", "padding_mask", "require_transformer",
+    "scaled_dot_product_attention", "sinusoidal_table",
 ]  # fmt: skip

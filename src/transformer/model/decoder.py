@@ -28,7 +28,7 @@ from .layers import FeedForward, LayerNorm
 class DecoderAttention:
     """Attention weights of one decoder layer."""
 
-    self_attention: Tensor  # (B, H, T, t + T)
+    self_attention: Tensor | None  # (B, H, T, t + T); None: an RNN decoder has none
     cross_attention: Tensor  # (B, H, T, S)
 
 

@@ -18,7 +18,8 @@ when a request waited longer than ``timeout``.
 
 The engine is ours (torch) or CTranslate2 (``serve --engine ctranslate2``): /translate and the
 batching are the same for both; /attention needs our model's attention maps, so with
-CTranslate2 it answers 501, which the page shows when a translation is clicked.
+CTranslate2 it answers 501, which the page shows when a translation is clicked (as it does for
+an RNN encoder-decoder without attention).
 
 (No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations, which name
 request models made inside ``create_app``.)
@@ -186,6 +187,9 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
         if not isinstance(engine, TorchEngine):
             raise ApiError(501, "not_implemented", f"attention maps need the torch engine; this "
                            f"server runs {engine.name} (serve --engine torch)")  # fmt: skip
+        if (engine.config.model.architecture, engine.config.model.rnn_attention) == ("rnn", "none"):
+            raise ApiError(501, "not_implemented", "this RNN has no attention (model."
+                           "rnn_attention = none): there are no weights to draw")  # fmt: skip
         request.state.log = _log_fields([body.sentence], config.log_text)
         decode = _search(default, body.beam, 1, body.max_len, False)
         prefix = body.prefix

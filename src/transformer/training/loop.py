@@ -35,7 +35,7 @@ from ..config import RunConfig, TrainConfig
 from ..data.batching import example_lengths
 from ..device import autocast, grad_scaler, prepare_runtime
 from ..errors import Interrupted, LostContact
-from ..model.transformer import Transformer
+from ..model.build import build_model
 from ..model_dir import WEIGHTS, load_weights, resolve_checkpoint, save_checkpoint, update_index
 from .checkpoint import load_trainer_state, prune_checkpoints, resume_point
 from .distributed import World, finish, init, shard, world_from_env
@@ -172,7 +172,7 @@ def run_job(job: Job) -> TrainResult:
     scaler = grad_scaler(device, runtime.precision)
     torch.manual_seed(t.seed)
     random.seed(t.seed)
-    model = Transformer(config.model).to(device)
+    model = build_model(config.model).to(device)  # the Transformer, or the RNN (model/build.py)
     if job.saved is None and t.init_from:  # fine-tuning: the starting model's weights
         load_weights(model, resolve_checkpoint(Path(t.init_from)) / WEIGHTS)
     impossible = impossible_tokens(model)  # never-produced ids, left out of label smoothing
@@ -232,7 +232,7 @@ def run_job(job: Job) -> TrainResult:
             or _out_of_patience(state, t)  # a resumed run that had stopped early stays stopped
         ):
             state.step += 1
-            lr = learning_rate(state.step, time.perf_counter() - started, config.model.d_model, t)
+            lr = learning_rate(state.step, time.perf_counter() - started, config.model.width, t)
             set_learning_rate(optimizer, lr)
             group = []  # the step's batches, the same on every rank
             for _ in range(t.accumulate * world.size):

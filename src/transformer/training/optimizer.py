@@ -1,8 +1,9 @@
 """The optimizer (Vaswani et al. §5.3: Adam, β1 = 0.9, β2 = 0.98, ε = 1e-9) and gradient clipping.
 
 AdamW with two parameter groups (Loshchilov & Hutter 2019; nanoGPT's configure_optimizers):
-weight decay, when asked for, applies to the weight matrices of the linear layers only, never to
-biases, LayerNorm γ and β, or the embedding tables (a tied output projection is an embedding).
+weight decay, when asked for, applies to the weight matrices of the linear layers (and of an RNN's
+cells) only, never to biases, LayerNorm γ and β, or the embedding tables (a tied output projection
+is an embedding).
 With the paper's weight decay of 0 this is exactly Adam.
 """
 
@@ -23,7 +24,9 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             if id(param) in seen:
                 continue
             seen.add(id(param))
-            is_matrix = isinstance(module, nn.Linear) and name == "weight"
+            is_matrix = (isinstance(module, nn.Linear) and name == "weight") or (
+                isinstance(module, nn.RNNBase) and name.startswith("weight_")
+            )  # an RNN's weight_ih_l0, weight_hh_l0, ...
             (decay if is_matrix else no_decay).append(param)
     return [
         {"params": decay, "weight_decay": weight_decay},

@@ -12,12 +12,12 @@ import torch
 from ..config import RunConfig
 from ..data.batching import collate, make_batches
 from ..inference.translate import translate
-from ..model.transformer import Transformer
+from ..model.build import Seq2Seq
 from .loss import impossible_tokens, label_smoothed_nll
 
 
 @torch.inference_mode()
-def validation_loss(model: Transformer, prepared, config: RunConfig) -> dict[str, float]:
+def validation_loss(model: Seq2Seq, prepared, config: RunConfig) -> dict[str, float]:
     """Label-smoothed loss and perplexity (exp of the plain NLL) per target token."""
     model.eval()
     device = next(model.parameters()).device
@@ -40,7 +40,7 @@ def validation_loss(model: Transformer, prepared, config: RunConfig) -> dict[str
     }
 
 
-def validation_bleu(model: Transformer, prepared, config: RunConfig) -> dict[str, float]:
+def validation_bleu(model: Seq2Seq, prepared, config: RunConfig) -> dict[str, float]:
     """Greedy translations of a fixed validation subset: sacreBLEU, and exact-match accuracy for
     a corpus of classes (the numbers corpus, whose outputs are short and have one right form;
     on sentences it would be near 0 and mean nothing)."""
@@ -57,7 +57,7 @@ def validation_bleu(model: Transformer, prepared, config: RunConfig) -> dict[str
     return {"valid_bleu": bleu, "valid_exact": exact / len(pairs)}
 
 
-def validate(model: Transformer, prepared, config: RunConfig) -> dict[str, float]:
+def validate(model: Seq2Seq, prepared, config: RunConfig) -> dict[str, float]:
     """All validation metrics; leaves the model in eval mode."""
     metrics = validation_loss(model, prepared, config)
     if config.train.bleu_sentences:
