@@ -22,7 +22,7 @@ def numbers_model(tmp_path_factory) -> Path:
     """A tiny en->fr number-words model trained for a few seconds (it translates badly)."""
     out = tmp_path_factory.mktemp("numbers") / "model"
     args = [
-        *TINY_NUMBERS, "--max_steps", "60", "--save_every", "20", "--validate_every", "20",
+        *TINY_NUMBERS, "--max_steps", "120", "--save_every", "40", "--validate_every", "40",
         "--peak_lr", "3e-3", "--bleu_sentences", "10",
         "--best_metric", "loss",  # BLEU on 10 sentences of a barely trained model is noise
     ]  # fmt: skip
