@@ -27,7 +27,7 @@ FOREIGN_OPTIONS = {
     "--standalone", "--nproc_per_node", "--nnodes", "--node_rank", "--rdzv_backend",
     "--rdzv_endpoint", "--serve-model", "--screenshot", "--quiet", "--settings", "--threads",
     "--rounds", "--engines", "--model", "--output", "--minutes", "--data", "--help",
-    "--key", "--serve.KEY",  # placeholders: `--key value`, `--serve.KEY`
+    "--key", "--serve.KEY", "--section.key",  # placeholders: `--key value`, `--serve.KEY`
     "--warmup",  # the example of a misspelt option and its suggestion
     "--print-alignment",  # other toolkits' options, named for comparison
 }  # fmt: skip

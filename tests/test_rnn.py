@@ -317,7 +317,7 @@ def test_the_commands_take_an_rnn_run(rnn_numbers_model, tmp_path, capsys):
                           capsys)  # fmt: skip
     assert code == 0, err
     drawn = sorted(p.name for p in tmp_path.glob("*.png"))
-    assert drawn == ["cross_layer0_head0.png", "cross_layer0_mean.png"]  # α_ij, no self-attention
+    assert drawn == ["cross_layer1_head1.png", "cross_layer1_mean.png"]  # α_ij, no self-attention
     assert "RNN encoder-decoder" in (tmp_path / "report.html").read_text()
     code, said, _ = cli(["info", "--architecture", "rnn", "--rnn_hidden", "32"], capsys)
     assert code == 0 and "bidirectional GRU" in said and "attention (bahdanau)" in said
