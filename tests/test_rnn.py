@@ -347,3 +347,25 @@ def test_serve_draws_the_rnns_attention_as_one_layer_and_head(rnn_numbers_model)
     with client_for(without) as client:
         answer = client.post("/attention", json={"sentence": "seven"})
     assert_error(answer, 501, "not_implemented", "no attention")
+
+
+@pytest.mark.slow
+def test_the_search_options_and_score_take_an_rnn_run(rnn_numbers_model):
+    engine = load_torch_engine(rnn_numbers_model, runtime=RuntimeConfig(device="cpu"))
+    sources = ["seven hundred", "twelve", "three hundred and four"]
+    found = engine.translate(sources, DecodeConfig(beam_size=4, length_penalty=0.0,
+                                                   alignment=True)).nbest  # fmt: skip
+    # score: the beam's own log-probability of what it found, teacher-forced.
+    texts = [hyps[0].text for hyps in found]
+    scored = engine.score(sources, texts, DecodeConfig(length_penalty=0.0)).scores
+    for hyps, s in zip(found, scored, strict=True):
+        if engine.tokenizers.tgt.encode(hyps[0].text) == hyps[0].tokens:
+            assert s.log_prob == pytest.approx(hyps[0].log_prob, abs=1e-5)
+    # alignment: a link for every output word, from its one attention (α_ij).
+    for source, hyps in zip(sources, found, strict=True):
+        links = hyps[0].alignment
+        assert sorted({j for _, j in links}) == list(range(len(hyps[0].text.split())))
+        assert all(0 <= i < len(source.split()) for i, _ in links)
+    # prefix: every output starts with it.
+    started = engine.translate(sources, DecodeConfig(beam_size=4), ["dou"] * 3).nbest
+    assert all(hyps[0].text.startswith("dou") for hyps in started)

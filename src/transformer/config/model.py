@@ -140,8 +140,8 @@ class ModelConfig:
     @property
     def alignment_layer(self) -> int:
         """The decoder layer whose encoder-decoder attention, averaged over its heads, gives word
-        alignments: the last; inference/alignment.py says why."""
-        return self.n_decoder_layers - 1
+        alignments: the last; inference/alignment.py says why. The RNN has one: its α_ij."""
+        return 0 if self.architecture == "rnn" else self.n_decoder_layers - 1
 
     @property
     def width(self) -> int:
