@@ -26,11 +26,14 @@ Shapes: B batch, N sentences still running, K beams, V target vocabulary, S sour
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
 from ..config import DecodeConfig
 from ..vocab import EOS_ID
+from .beam_tree import BeamStep
 from .search import (
     Hypothesis,
     RunningBatch,
@@ -46,6 +49,7 @@ def beam_search(
     src_ids: Tensor,
     config: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     use_cache: bool = True,
+    recorder: Callable[[BeamStep], None] | None = None,
 ) -> list[list[Hypothesis]]:
     """The ``nbest`` best hypotheses per sentence that a beam of ``beam_size`` finds.
 
@@ -57,17 +61,22 @@ def beam_search(
             ``max_len_b`` (at most floor(a · src_len + b) tokens before EOS) and ``nbest``
             (hypotheses returned per sentence, <= beam_size) are used.
         use_cache: decode incrementally with the key/value cache (False: re-run the prefix).
+        recorder: called with every step's candidates (``beam_tree.BeamTree`` draws the tree).
     Shape:
         returns B lists of up to ``nbest`` hypotheses, best score first, in the order of src_ids.
     """
     if config.nbest > config.beam_size:
         raise ValueError(f"need nbest <= beam_size, got {config.nbest} > {config.beam_size}")
     with evaluating(model):
-        return _beam_search(model, src_ids, config, use_cache)
+        return _beam_search(model, src_ids, config, use_cache, recorder)
 
 
 def _beam_search(
-    model: nn.Module, src_ids: Tensor, config: DecodeConfig, use_cache: bool
+    model: nn.Module,
+    src_ids: Tensor,
+    config: DecodeConfig,
+    use_cache: bool,
+    recorder: Callable[[BeamStep], None] | None,
 ) -> list[list[Hypothesis]]:
     """The search loop; see the module docstring."""
     B, device = src_ids.size(0), src_ids.device
@@ -110,6 +119,9 @@ def _beam_search(
                 del kept[nbest:]
 
         go_on = (token == EOS_ID).to(torch.int8).argsort(dim=1, stable=True)[:, :K]  # (N, K)
+        if recorder is not None:  # the step-through view's tree (beam_tree.py)
+            lp = gnmt_length_penalty(step + 1, alpha)
+            recorder(BeamStep(step, running, batch.tokens, top, beam, token, ends, go_on, lp))
         beam_log_probs = top.gather(1, go_on)  # the K best candidates that do not end
         token = token.gather(1, go_on)
         rows = (torch.arange(N, device=device) * K)[:, None] + beam.gather(1, go_on)  # (N, K)
