@@ -61,6 +61,18 @@ class AttentionResponse(BaseModel):
     time_ms: float
 
 
+class StepThroughResponse(BaseModel):
+    translation: str
+    view: dict[str, Any] = Field(
+        description="what the step-through page (GET /step-through) draws, from the model's own "
+        "forward pass: tokens, embeddings and positions, every layer's Q, K, V, scores, "
+        "attention weights, layer norms and feed-forward activations, the next-token "
+        "probabilities and the beam search tree; matrices as base64 float32 "
+        "(src/transformer/inspect/step_view.py)"
+    )
+    time_ms: float
+
+
 class HealthResponse(BaseModel):
     status: str = Field(description="ok")
     in_flight: int = Field(description="requests being translated or waiting")
@@ -106,3 +118,12 @@ def request_models(config: ServeConfig, max_positions: int) -> tuple[type, type]
         max_len: int | None = max_len_field()
 
     return TranslateRequest, AttentionRequest
+
+
+def step_through_request(attention_request: type) -> type:
+    """The request of POST /step-through: the fields and limits of /attention's."""
+
+    class StepThroughRequest(attention_request):
+        """One sentence to step through the model."""
+
+    return StepThroughRequest
