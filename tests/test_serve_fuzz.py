@@ -60,7 +60,7 @@ def test_every_endpoint_survives_fuzzing(app):
     schema = schemathesis.openapi.from_asgi("/openapi.json", app, config=CONFIG)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {op.label for op in operations} == {
-        "POST /translate", "POST /attention", "GET /info", "GET /health"
+        "POST /translate", "POST /attention", "POST /step-through", "GET /info", "GET /health"
     }  # fmt: skip
     counts = {
         f"{operation.label} ({mode.value})": fuzz(operation, mode)
@@ -69,4 +69,4 @@ def test_every_endpoint_survives_fuzzing(app):
         if mode == GenerationMode.POSITIVE or len(operation.body)  # a GET has nothing to spoil
     }
     print("schemathesis examples per operation:", counts, "total:", sum(counts.values()))
-    assert len(counts) == 6 and all(n > 0 for n in counts.values()), counts
+    assert len(counts) == 8 and all(n > 0 for n in counts.values()), counts
