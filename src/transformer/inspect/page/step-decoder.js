@@ -35,7 +35,8 @@ function normBlock(body, norm, rows, title, inputName) {
 function feedForwardBlock(body, layer, rows, data) {
   body.append(View.el("h3", "", "Feed-forward network"));
   const hidden = View.grid(layer.hidden);
-  const act = data.model.activation || "relu";
+  const act = { relu: "ReLU", gelu: "GELU", silu: "SiLU" }[data.model.activation || "relu"] ||
+              data.model.activation;
   View.heatmap(body, hidden, { title: `activations: ${act}(x·W₁ + b₁), ${data.model.d_ff} units`,
                                rows });
   const list = View.el("ul", "bars");
@@ -49,8 +50,7 @@ function feedForwardBlock(body, layer, rows, data) {
                 View.el("span", "p", `${n} / ${data.model.d_ff}`));
     list.append(item);
   });
-  body.append(View.el("p", "hint", "Units active (above 0) after the activation, per token:"),
-              list);
+  body.append(View.el("p", "hint", `Units active (above 0) after ${act}, per token:`), list);
   View.heatmap(body, View.grid(layer.ffn), { title: "FFN(x) = activations·W₂ + b₂", rows });
 }
 

@@ -53,6 +53,8 @@ View.controls.embeddings = function (box, data, redraw) {
 View.panels.embeddings = function (body, data) {
   const stream = View.state.stream === 0 ? data.source : data.target;
   const rows = stream.pieces;
+  body.append(View.el("p", "hint", `Rows: the tokens. Columns: the ${data.model.d_model} ` +
+                      "dimensions, d0 at the left; hover or use the arrow keys to read a cell."));
   View.heatmap(body, View.grid(stream.embedding), { title: "Embedding(token)·√d_model", rows,
                                                      cols: [], split: 0 });
   View.heatmap(body, View.grid(stream.position), { title: `PE (${data.model.positional})`, rows });
