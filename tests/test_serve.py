@@ -89,7 +89,8 @@ def test_info_health_page_and_schema(torch_engine):
     assert script.status_code == style.status_code == 200
     for text in (page.text, script.text, style.text):  # offline: nothing from a CDN
         assert "http://" not in text and "https://" not in text and "//cdn" not in text
-    assert set(schema["paths"]) == {"/translate", "/score", "/attention", "/info", "/health"}
+    assert set(schema["paths"]) == {"/translate", "/score", "/attention", "/step-through",
+                                    "/info", "/health"}  # fmt: skip
     request = schema["components"]["schemas"]["TranslateRequest"]["properties"]["sentences"]
     assert request["maxItems"] == 7 and request["items"]["maxLength"] == 99
 

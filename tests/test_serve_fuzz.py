@@ -60,7 +60,8 @@ def test_every_endpoint_survives_fuzzing(app):
     schema = schemathesis.openapi.from_asgi("/openapi.json", app, config=CONFIG)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {op.label for op in operations} == {
-        "POST /translate", "POST /score", "POST /attention", "GET /info", "GET /health"
+        "POST /translate", "POST /score", "POST /attention", "POST /step-through", "GET /info",
+        "GET /health",
     }  # fmt: skip
     counts = {
         f"{operation.label} ({mode.value})": fuzz(operation, mode)

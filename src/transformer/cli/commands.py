@@ -108,8 +108,12 @@ COMMANDS = {
                       "--target_language fra for a model with several target languages). OUT "
                       "must be new, empty or an earlier import."),
     "average": Command("average the last N checkpoints into one", (), _average_options, _average),
-    "explain": Command("the lecture notes' worked examples, step by step", (), _explain_options,
-                       _explain),
+    "explain": Command("the notes' worked examples, or one sentence through a model, step by step",
+                       ("decode", "runtime"), _explain_options, _explain,
+                       "Without MODEL_DIR: the lecture notes' worked examples in the terminal "
+                       "(--topic). With MODEL_DIR SENTENCE --html OUT: SENTENCE through the "
+                       "model, step by step in the notes' terms, with the model's own numbers, "
+                       "as one self-contained HTML file (an existing OUT only with --force)."),
     "attention": Command("heatmaps of every attention layer and head for one sentence",
                          ("decode", "runtime"), _attention_options, _attention,
                          "Translates SENTENCE and draws the encoder self-attention, decoder masked "

@@ -116,14 +116,44 @@ def _export(ns: argparse.Namespace, given: dict[str, dict]) -> None:
 def _explain_options(p: ArgumentParser) -> None:
     from ..inspect.explain import TOPICS
 
-    p.add_argument("--topic", choices=TOPICS, help="one part only (default: all)")
+    p.add_argument("model_dir", nargs="?", help="a model directory: step SENTENCE through it "
+                   "and write the view to --html (none: the notes' worked examples)")  # fmt: skip
+    p.add_argument("sentence", nargs="?", help="the source sentence to step through")
+    p.add_argument("--checkpoint", default="best", choices=["best", "last"],
+                   help="which checkpoint of a model directory")  # fmt: skip
+    p.add_argument("--html", help="write the step-through view here: one HTML file, offline")
+    p.add_argument("--force", action="store_true", help="replace the --html file if it exists")
+    p.add_argument("--topic", choices=TOPICS, help="one part of the notes' examples (default: all)")
     p.add_argument("--no-color", action="store_true", help="no ANSI colours on a terminal")
 
 
 def _explain(ns: argparse.Namespace, given: dict[str, dict]) -> None:
-    from ..inspect.explain import explain
+    if ns.model_dir is None:
+        if ns.html or given:
+            raise UserError("--html and the search options need MODEL_DIR and SENTENCE: "
+                            "transformer explain MODEL_DIR SENTENCE --html OUT")  # fmt: skip
+        from ..inspect.explain import explain
 
-    print(explain(ns.topic, color=sys.stdout.isatty() and not ns.no_color))
+        print(explain(ns.topic, color=sys.stdout.isatty() and not ns.no_color))
+        return
+    if ns.sentence is None or ns.html is None:
+        raise UserError("give a sentence and where to write the view: "
+                        f"transformer explain {ns.model_dir} SENTENCE --html OUT")  # fmt: skip
+    if ns.topic:
+        raise UserError("--topic picks one of the notes' examples; leave it out with MODEL_DIR")
+    from ..inference.engine import load_torch_engine
+    from ..inspect.step_page import check_destination, step_through_job
+
+    check_destination(Path(ns.html), ns.force)  # before the model is loaded
+    engine = load_torch_engine(ns.model_dir, ns.checkpoint, runtime_of(given),
+                               **given.get("decode", {}))  # fmt: skip
+    written = step_through_job(engine, ns.sentence, ns.html, ns.force)
+    size = f"{written.bytes / 1e6:.2f} MB" if written.bytes >= 100_000 else f"{written.bytes} B"
+    print(f"source:      {ns.sentence}")
+    print(f"translation: {written.translation}")
+    print(f"wrote {written.path} ({size}) in {written.seconds:.2f} s; open it in a browser")
+    for cut in written.truncated:
+        print(f"  (cut to fit: {cut})")
 
 
 def _attention_options(p: ArgumentParser) -> None:

@@ -29,11 +29,14 @@ Shapes: B batch, N sentences still running, K beams, V target vocabulary, S sour
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
 from ..config import DecodeConfig
 from ..vocab import EOS_ID
+from .beam_tree import BeamStep
 from .constraints import SearchRules
 from .search import (
     Hypothesis,
@@ -52,6 +55,7 @@ def beam_search(
     config: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     use_cache: bool = True,
     prefix: Tensor | None = None,
+    recorder: Callable[[BeamStep], None] | None = None,
 ) -> list[list[Hypothesis]]:
     """The ``nbest`` best hypotheses per sentence that a beam of ``beam_size`` finds.
 
@@ -66,19 +70,24 @@ def beam_search(
         use_cache: decode incrementally with the key/value cache (False: re-run the prefix).
         prefix: (B, P) target ids each output must start with, right-padded with PAD_ID; their
             log-probabilities count in the score.
+        recorder: called with every step's candidates (``beam_tree.BeamTree`` draws the tree).
     Shape:
         returns B lists of up to ``nbest`` hypotheses, best score first, in the order of src_ids.
     """
     if config.nbest > config.beam_size:
         raise ValueError(f"need nbest <= beam_size, got {config.nbest} > {config.beam_size}")
     with evaluating(model):
-        return _beam_search(model, src_ids, config, use_cache, prefix)
+        return _beam_search(model, src_ids, config, use_cache, prefix, recorder)
 
 
 def _beam_search(
-    model: nn.Module, src_ids: Tensor, config: DecodeConfig, use_cache: bool,
+    model: nn.Module,
+    src_ids: Tensor,
+    config: DecodeConfig,
+    use_cache: bool,
     prefix: Tensor | None,
-) -> list[list[Hypothesis]]:  # fmt: skip
+    recorder: Callable[[BeamStep], None] | None,
+) -> list[list[Hypothesis]]:
     """The search loop; see the module docstring."""
     B, device = src_ids.size(0), src_ids.device
     if B == 0:
@@ -122,6 +131,9 @@ def _beam_search(
                 del kept[nbest:]
 
         go_on = (token == EOS_ID).to(torch.int8).argsort(dim=1, stable=True)[:, :K]  # (N, K)
+        if recorder is not None:  # the step-through view's tree (beam_tree.py)
+            lp = gnmt_length_penalty(step + 1, alpha)
+            recorder(BeamStep(step, running, batch.tokens, top, beam, token, ends, go_on, lp))
         beam_log_probs = top.gather(1, go_on)  # the K best candidates that do not end
         token = token.gather(1, go_on)
         rows = (torch.arange(N, device=device) * K)[:, None] + beam.gather(1, go_on)  # (N, K)

@@ -18,6 +18,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+def attention_scores(q: Tensor, k: Tensor) -> Tensor:
+    """Q·Kᵀ / √d_k: how well each query matches each key, before the mask and the softmax.
+
+    Shape:
+        q (B, H, Tq, Dh), k (B, H, Tk, Dh) -> (B, H, Tq, Tk).
+    """
+    return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+
+
 def attention_reference(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
 ) -> tuple[Tensor, Tensor]:
@@ -31,7 +40,7 @@ def attention_reference(
         returns output (B, H, Tq, Dh) and weights (B, H, Tq, Tk); each weight row sums to 1,
         except a fully masked row (a query with nothing to attend to), which is all zeros.
     """
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    scores = attention_scores(q, k)  # (B, H, Tq, Tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
         # A row with every key blocked would be softmax(-inf, ..., -inf) = NaN. Give such rows

@@ -3,6 +3,8 @@
     POST /translate   sentences in, translations (n-best, scores, alignments) and the time out
     POST /score       (source, target) pairs in, the model's log-probability of each out
     POST /attention   the encoder-decoder attention weights of one sentence, for the page
+    POST /step-through  one sentence through the model, step by step: the data of the page
+                      GET /step-through?sentence=...&beam=... draws (the step-through view)
     GET  /info        languages, configs, parameter count and engine
     GET  /health      readiness, and how many requests are in flight
     GET  /            the web page (``page/``), served by the app itself: no CDN
@@ -17,9 +19,9 @@ too wide, a field of the wrong type or name, JSON that does not parse), 429 with
 when a request waited longer than ``timeout``.
 
 The engine is ours (torch) or CTranslate2 (``serve --engine ctranslate2``): /translate and the
-batching are the same for both; /attention needs our model's attention maps, so with
-CTranslate2 it answers 501, which the page shows when a translation is clicked (as it does for
-an RNN encoder-decoder without attention).
+batching are the same for both; /attention and /step-through need our model's attention maps
+and intermediates, so with CTranslate2 they answer 501, which the pages show (as /attention does
+for an RNN encoder-decoder without attention).
 
 (No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations, which name
 request models made inside ``create_app``.)
@@ -40,7 +42,7 @@ from typing import Any
 import torch
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
@@ -51,6 +53,8 @@ from ..inference.alignment import pharaoh
 from ..inference.engine import Engine, TorchEngine
 from ..inference.translate import Translation
 from ..inspect.attention import inspect_sentence
+from ..inspect.step_page import PAGE as STEP_PAGE
+from ..inspect.step_page import engine_view, page_html
 from .batcher import Batcher, QueueFull, ShuttingDown
 from .config import ServeConfig
 from .middleware import AccessLog, BodyLimit
@@ -63,6 +67,7 @@ from .schema import (
     PairScore,
     ScoreResponse,
     SentenceTranslation,
+    StepThroughResponse,
     TranslateResponse,
     request_models,
 )
@@ -94,7 +99,7 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
     batcher = Batcher(engine, config.batch_tokens, config.max_wait_ms, config.max_queue)
     model_config = engine.config.model
     requests = request_models(config, model_config.max_positions)
-    TranslateRequest, AttentionRequest, ScoreRequest = requests
+    TranslateRequest, AttentionRequest, ScoreRequest, StepThroughRequest = requests
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -209,6 +214,25 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
         found = await answer(lambda: batcher.call(inspect))
         return AttentionResponse(**found, time_ms=(time.perf_counter() - start) * 1000)
 
+    @app.post("/step-through", response_model=StepThroughResponse, **protected,
+              responses=_errors(*keyed, 400, 413, 422, 429, 500, 501, 503, 504))  # fmt: skip
+    async def step_through(body: StepThroughRequest, request: Request) -> StepThroughResponse:
+        """One sentence through the model, step by step, with the model's own numbers: what
+        the step-through page draws (torch engine only: 501 with CTranslate2)."""
+        start = time.perf_counter()
+        if not isinstance(engine, TorchEngine):
+            raise ApiError(501, "not_implemented", "the step-through view needs the torch "
+                           f"engine; this server runs {engine.name} (--engine torch)")  # fmt: skip
+        request.state.log = _log_fields([body.sentence], config.log_text)
+        decode = _search(default, body.beam, 1, body.max_len, False)
+
+        def trace() -> dict:
+            return engine_view(engine, body.sentence, decode)
+
+        view = await answer(lambda: batcher.call(trace))
+        ms = (time.perf_counter() - start) * 1000
+        return StepThroughResponse(translation=view["translation"], view=view, time_ms=ms)
+
     @app.get("/info", response_model=InfoResponse, **protected, responses=_errors(*keyed))
     async def info() -> InfoResponse:
         """The languages, the model's config and size, the engine, the default search and the
@@ -232,7 +256,12 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
     async def page() -> FileResponse:
         return FileResponse(PAGE / "index.html", headers=_PAGE_HEADERS)
 
+    @app.get("/step-through", include_in_schema=False)
+    async def step_page() -> HTMLResponse:
+        return HTMLResponse(page_html(None, "/steps/"), headers=_PAGE_HEADERS)
+
     app.mount("/page", StaticFiles(directory=PAGE), name="page")
+    app.mount("/steps", StaticFiles(directory=STEP_PAGE), name="steps")
     return app
 
 

@@ -85,6 +85,18 @@ class ScoreResponse(BaseModel):
     time_ms: float
 
 
+class StepThroughResponse(BaseModel):
+    translation: str
+    view: dict[str, Any] = Field(
+        description="what the step-through page (GET /step-through) draws, from the model's own "
+        "forward pass: tokens, embeddings and positions, every layer's Q, K, V, scores, "
+        "attention weights, layer norms and feed-forward activations, the next-token "
+        "probabilities and the beam search tree; matrices as base64 float32 "
+        "(src/transformer/inspect/step_view.py)"
+    )
+    time_ms: float
+
+
 class HealthResponse(BaseModel):
     status: str = Field(description="ok")
     in_flight: int = Field(description="requests being translated or waiting")
@@ -102,9 +114,9 @@ class InfoResponse(BaseModel):
     limits: dict[str, int | float] = Field(description="the request limits of this server")
 
 
-def request_models(config: ServeConfig, max_positions: int) -> tuple[type, type, type]:
-    """(TranslateRequest, AttentionRequest, ScoreRequest) with this server's limits in their
-    schema."""
+def request_models(config: ServeConfig, max_positions: int) -> tuple[type, type, type, type]:
+    """(TranslateRequest, AttentionRequest, ScoreRequest, StepThroughRequest) with this server's
+    limits in their schema."""
     sentence = Annotated[str, Field(max_length=config.max_chars)]
     many = {"min_length": 1, "max_length": config.max_sentences}  # sentences per request
 
@@ -165,4 +177,12 @@ def request_models(config: ServeConfig, max_positions: int) -> tuple[type, type,
         length_penalty: float | None = Field(None, ge=0, le=10, allow_inf_nan=False,
                                              description="GNMT α for `score`")  # fmt: skip
 
-    return TranslateRequest, AttentionRequest, ScoreRequest
+    class StepThroughRequest(BaseModel):
+        """One sentence to step through the model: /attention's fields and limits, no prefix."""
+
+        model_config = STRICT
+        sentence: str = Field(min_length=1, max_length=config.max_chars)
+        beam: int | None = beam_field()
+        max_len: int | None = max_len_field()
+
+    return TranslateRequest, AttentionRequest, ScoreRequest, StepThroughRequest

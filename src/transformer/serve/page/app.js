@@ -1,5 +1,6 @@
 // The page of `transformer serve`: translate what is typed, and draw the encoder-decoder
-// attention of a chosen translation as a table (rows: tokens produced, columns: source tokens).
+// attention of a chosen translation as a table (rows: tokens produced, columns: source tokens);
+// each translation links to its step-through view (/step-through).
 // Plain browser JavaScript, served by the app itself; it talks only to this server.
 "use strict";
 
@@ -95,8 +96,14 @@ function showTranslations(sentences, answer, beam, prefix) {
     score.textContent = t.score === null ? "" : `score ${t.score.toFixed(3)}`;
     button.append(source, text, score);
     button.addEventListener("click", () => showAttention(button, sentences[i], beam, prefix));
+    // The same sentence through the model, step by step, on a page of its own.
+    const step = document.createElement("a");
+    step.className = "step-link";
+    step.href = "/step-through?" + new URLSearchParams({ sentence: sentences[i], beam });
+    step.textContent = "Step through";
+    step.setAttribute("aria-label", `Step through: ${sentences[i]}`);
     const item = document.createElement("li");
-    item.append(button);
+    item.append(button, step);
     list.append(item);
   });
 }
