@@ -9,6 +9,7 @@ from pathlib import Path
 from jsonargparse import ArgumentParser
 
 from ..errors import UserError
+from ..files import STDOUT, check_output
 from ..serve.config import ServeConfig
 from .options import engine_options, model_options, runtime_of
 
@@ -16,22 +17,25 @@ from .options import engine_options, model_options, runtime_of
 def _translate_options(p: ArgumentParser) -> None:
     model_options(p)
     engine_options(p)
-    p.add_argument("--input", "-i", help="file to translate (default: standard input)")
-    p.add_argument("--output", "-o", help="write translations here (default: standard output)")
+    p.add_argument("--input", "-i", help="file to translate (default or -: standard input)")
+    p.add_argument("--output", "-o", help="write translations to this file (default or -: "
+                   "standard output); not a device, nor a file in a model's folder")  # fmt: skip
 
 
 def _translate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_engine
-    from .jobs import check_outputs, translate_file
+    from .jobs import standard_streams, translate_file
 
-    check_outputs(ns.output, input=ns.input)
+    source = None if ns.input in (None, STDOUT) else ns.input
+    output = check_output(ns.output, "--output", {"--input": source, "MODEL_DIR": ns.model_dir})
+    stdin, stdout = standard_streams(source, output)
     engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
                          **given.get("decode", {}))  # fmt: skip
 
     def warn(message: str) -> None:
         print(f"transformer translate: warning: {message}", file=sys.stderr)
 
-    translate_file(engine, ns.input, ns.output, sys.stdin.buffer, sys.stdout, warn)
+    translate_file(engine, source, output, stdin, stdout, warn)
 
 
 def _evaluate_options(p: ArgumentParser) -> None:
@@ -39,18 +43,19 @@ def _evaluate_options(p: ArgumentParser) -> None:
     engine_options(p)
     p.add_argument("--src", help="source sentences, one per line (default: the run's test split)")
     p.add_argument("--ref", help="reference translations, line-aligned with --src")
-    p.add_argument("--output", "-o", help="where to write the hypotheses (default: MODEL_DIR)")
+    p.add_argument("--output", "-o", help="where to write the hypotheses (default: SRC.hyp "
+                   "beside --src; for the run's test split MODEL.test.hyp here)")  # fmt: skip
     p.add_argument("--lowercase", action="store_true", help="also report lowercased BLEU")
 
 
 def _evaluate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_engine
-    from .jobs import check_outputs, evaluate
+    from .jobs import evaluate, hypotheses_path
 
-    check_outputs(ns.output, src=ns.src, ref=ns.ref)
+    output = hypotheses_path(ns.output, ns.src, ns.ref, ns.model_dir)
     engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
                          **given.get("decode", {}))  # fmt: skip
-    found = evaluate(engine, ns.src, ns.ref, ns.output, ns.lowercase, Path(ns.model_dir))
+    found = evaluate(engine, ns.src, ns.ref, output, ns.lowercase)
     if found.truncated:
         print(f"warning: {found.truncated} source lines were truncated", file=sys.stderr)
     print("\n".join(found.lines()))
@@ -90,7 +95,7 @@ def _explain(ns: argparse.Namespace, given: dict[str, dict]) -> None:
 def _attention_options(p: ArgumentParser) -> None:
     model_options(p)
     p.add_argument("sentence", help="the source sentence")
-    p.add_argument("--out", default="attention", help="output folder")
+    p.add_argument("--out", default="attention", help="output folder (not inside a model's)")
     p.add_argument("--layer", type=int, help="only this layer (counted from 0)")
     p.add_argument("--head", type=int, help="only this head (counted from 0)")
     p.add_argument("--html", action="store_true", help="also write a single-file HTML report")
@@ -100,6 +105,7 @@ def _attention(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_torch_engine
     from ..inspect.attention import attention_job
 
+    check_output(ns.out, "--out", {"MODEL_DIR": ns.model_dir}, folder=True)
     engine = load_torch_engine(ns.model_dir, ns.checkpoint, runtime_of(given),
                                **given.get("decode", {}))  # fmt: skip
     lines = attention_job(engine, ns.sentence, Path(ns.out), ns.layer, ns.head, ns.html)
