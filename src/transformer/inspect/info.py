@@ -1,10 +1,19 @@
-"""Parameter counts per part of the model, in the notes' vocabulary (``transformer info``)."""
+"""Parameter counts per part of the model, in the notes' vocabulary (``transformer info``).
+
+The model is built on PyTorch's meta device, which records shapes and allocates nothing; sizes
+whose float32 weights would not fit in this machine's free memory are refused first, from a
+count computed from the config alone (``parameter_count``), since even building that many
+modules takes long.
+"""
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from ..config import ModelConfig
+from ..device import available_memory
+from ..errors import BadValue
 from ..model.transformer import Transformer
 
 
@@ -69,6 +78,33 @@ def format_table(rows: list[tuple[str, int]], config: ModelConfig) -> str:
     return "\n".join(lines)
 
 
+def parameter_count(config: ModelConfig) -> int:
+    """The parameters of a model built from ``config``, from its sizes alone (nothing is built).
+
+    Per layer (§3): attention 4 projections D x D with biases; feed-forward D x F + F x D with
+    biases; add & norm γ and β of width D (2 per encoder layer, 3 per decoder layer, and a final
+    one after each stack when pre-norm).
+    """
+    d, f = config.d_model, config.d_ff
+    attention, feed_forward, norm = 4 * (d * d + d), 2 * d * f + f + d, 2 * d
+    final = norm if config.norm_first else 0
+    encoder = config.n_encoder_layers * (attention + feed_forward + 2 * norm) + final
+    decoder = config.n_decoder_layers * (2 * attention + feed_forward + 3 * norm) + final
+    tables = config.src_vocab_size + (0 if config.share_embeddings else config.tgt_vocab_size)
+    positions = 2 * config.max_positions if config.positional == "learned" else 0
+    output = 0 if config.tie_output else config.tgt_vocab_size
+    return (tables + positions + output) * d + encoder + decoder
+
+
 def describe(config: ModelConfig) -> str:
-    """The parameter table of a model built from ``config`` (``transformer info``)."""
-    return format_table(parameter_table(Transformer(config)), config)
+    """The parameter table of a model built from ``config`` (``transformer info``), built on the
+    meta device; sizes that would not fit in free memory are refused (one line)."""
+    count, free = parameter_count(config), available_memory()
+    if free is not None and 4 * count > free:
+        raise BadValue(
+            f"these sizes give {count:,} parameters, {4 * count / 1e9:,.1f} GB of float32 "
+            f"weights, more than the {free / 1e9:.1f} GB of memory free on this machine"
+        )
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        model = Transformer(config)
+    return format_table(parameter_table(model), config)
