@@ -34,10 +34,12 @@ from ..vocab import EOS_ID
 from .search import (
     Hypothesis,
     RunningBatch,
+    Stopped,
     evaluating,
     force_eos,
     gnmt_length_penalty,
     max_output_lengths,
+    stopped_rows,
 )
 
 
@@ -46,6 +48,7 @@ def beam_search(
     src_ids: Tensor,
     config: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     use_cache: bool = True,
+    stopped: Stopped | None = None,
 ) -> list[list[Hypothesis]]:
     """The ``nbest`` best hypotheses per sentence that a beam of ``beam_size`` finds.
 
@@ -57,18 +60,21 @@ def beam_search(
             ``max_len_b`` (at most floor(a · src_len + b) tokens before EOS) and ``nbest``
             (hypotheses returned per sentence, <= beam_size) are used.
         use_cache: decode incrementally with the key/value cache (False: re-run the prefix).
+        stopped: whether nobody waits for sentence i any more: it ends at the next step, with
+            the hypotheses that have finished by then.
     Shape:
         returns B lists of up to ``nbest`` hypotheses, best score first, in the order of src_ids.
     """
     if config.nbest > config.beam_size:
         raise ValueError(f"need nbest <= beam_size, got {config.nbest} > {config.beam_size}")
     with evaluating(model):
-        return _beam_search(model, src_ids, config, use_cache)
+        return _beam_search(model, src_ids, config, use_cache, stopped)
 
 
 def _beam_search(
-    model: nn.Module, src_ids: Tensor, config: DecodeConfig, use_cache: bool
-) -> list[list[Hypothesis]]:
+    model: nn.Module, src_ids: Tensor, config: DecodeConfig, use_cache: bool,
+    stopped: Stopped | None,
+) -> list[list[Hypothesis]]:  # fmt: skip
     """The search loop; see the module docstring."""
     B, device = src_ids.size(0), src_ids.device
     if B == 0:
@@ -119,6 +125,9 @@ def _beam_search(
         worst = [hyps[-1].score if len(hyps) >= nbest else float("-inf") for hyps in kept]
         reachable = _best_reachable(beam_log_probs, max_lens[running], step, alpha)  # (N,)
         done = at_limit | (reachable <= torch.tensor(worst, device=device))
+        left = stopped_rows(stopped, running)  # (N,) nobody waits for these any more
+        if left is not None:
+            done = done | left
         if done.any():
             alive = (~done).nonzero().squeeze(1)
             if alive.numel() == 0:

@@ -21,6 +21,7 @@ from ..device import autocast, prepare_runtime
 from ..errors import UserError
 from ..model.transformer import Transformer
 from ..model_dir import load_checkpoint, model_dir_of
+from .search import Stopped
 from .translate import TranslationResult, translate
 
 
@@ -49,12 +50,15 @@ class TorchEngine:
         return sum(p.numel() for p in self.model.parameters())
 
     def translate(
-        self, sentences: list[str], decode: DecodeConfig | None = None
-    ) -> TranslationResult:
+        self, sentences: list[str], decode: DecodeConfig | None = None,
+        stopped: Stopped | None = None,
+    ) -> TranslationResult:  # fmt: skip
         """Translates with the torch model, in the runtime's precision, with ``decode`` (default:
-        this engine's own search)."""
+        this engine's own search); ``stopped(i)``: nobody waits for sentence i any more, its
+        search ends at the next step."""
         with self.precision():
-            return translate(self.model, self.tokenizers, sentences, decode or self.decode)
+            d = decode or self.decode
+            return translate(self.model, self.tokenizers, sentences, d, stopped)
 
 
 class Engine(Protocol):
@@ -74,8 +78,9 @@ class Engine(Protocol):
     def parameters(self) -> int: ...  # the model's parameter count
 
     def translate(
-        self, sentences: list[str], decode: DecodeConfig | None = None
-    ) -> TranslationResult: ...
+        self, sentences: list[str], decode: DecodeConfig | None = None,
+        stopped: Stopped | None = None,
+    ) -> TranslationResult: ...  # fmt: skip
 
 
 ENGINES = ("torch", "ctranslate2")

@@ -16,7 +16,15 @@ from torch import Tensor, nn
 
 from ..config import DecodeConfig
 from ..vocab import EOS_ID
-from .search import Hypothesis, RunningBatch, evaluating, force_eos, max_output_lengths
+from .search import (
+    Hypothesis,
+    RunningBatch,
+    Stopped,
+    evaluating,
+    force_eos,
+    max_output_lengths,
+    stopped_rows,
+)
 
 
 def _search_one_path(
@@ -25,6 +33,7 @@ def _search_one_path(
     pick: Callable[[Tensor], Tensor],
     config: DecodeConfig,
     use_cache: bool,
+    stopped: Stopped | None = None,
 ) -> list[Hypothesis]:
     """Greedy search and sampling: one hypothesis per sentence, next token = pick(log_probs)."""
     if src_ids.size(0) == 0:
@@ -41,6 +50,10 @@ def _search_one_path(
         next_tokens = pick(log_probs)  # (N,)
         log_prob = log_prob + log_probs.gather(1, next_tokens[:, None]).squeeze(1)
         done = next_tokens == EOS_ID  # (N,)
+        left = stopped_rows(stopped, running)  # (N,) nobody waits for these any more
+        if left is not None and left.any():
+            log_prob = log_prob.masked_fill(left, float("-inf"))  # unfinished: no score
+            done = done | left
         if done.any():
             rows = done.nonzero().squeeze(1)
             tokens = batch.tokens[rows, 1:].tolist()  # drop BOS; EOS was never appended
@@ -61,6 +74,7 @@ def greedy_search(
     src_ids: Tensor,
     config: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     use_cache: bool = True,
+    stopped: Stopped | None = None,
 ) -> list[Hypothesis]:
     """The most likely next token at every step, until EOS.
 
@@ -70,11 +84,14 @@ def greedy_search(
         config: ``max_len_a`` and ``max_len_b`` are used: at most floor(a · src_len + b)
             tokens before EOS.
         use_cache: decode incrementally with the key/value cache (False: re-run the prefix).
+        stopped: whether nobody waits for sentence i any more (it ends at the next step).
     Shape:
         returns B hypotheses, in the order of src_ids; score = log_prob.
     """
     with evaluating(model):
-        return _search_one_path(model, src_ids, lambda lp: lp.argmax(dim=-1), config, use_cache)
+        return _search_one_path(
+            model, src_ids, lambda lp: lp.argmax(dim=-1), config, use_cache, stopped
+        )
 
 
 def sample(
@@ -83,6 +100,7 @@ def sample(
     config: DecodeConfig = DecodeConfig(sampling=True),  # noqa: B008 (frozen)
     generator: torch.Generator | None = None,
     use_cache: bool = True,
+    stopped: Stopped | None = None,
 ) -> list[Hypothesis]:
     """Draws each next token from the model's distribution, sharpened or flattened.
 
@@ -109,4 +127,4 @@ def sample(
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (N,)
 
     with evaluating(model):
-        return _search_one_path(model, src_ids, pick, config, use_cache)
+        return _search_one_path(model, src_ids, pick, config, use_cache, stopped)

@@ -10,7 +10,8 @@ positions allow (``max_positions`` tokens) is truncated to fit, and the caller i
 lines were, so the command line can warn: never a silent change, never a crash mid-file.
 Empty sentences translate to empty strings without running the model. ``translate_with`` does
 this around any engine's search (ours, or CTranslate2's in ``export/engine.py``), so every
-engine treats lines alike.
+engine treats lines alike. Every layer passes on ``stopped`` (search.py), so that a server stops
+decoding the sentences of a client that left: a batch of them only is not decoded at all.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from ..model.transformer import Transformer
 from ..vocab import PAD_ID
 from .beam import beam_search
 from .greedy import greedy_search, sample
-from .search import Hypothesis
+from .search import Hypothesis, Stopped, within
 
-SearchIds = Callable[[list[list[int]]], list[list[Hypothesis]]]  # source ids -> hypotheses
+# (source ids, which of them nobody waits for any more) -> hypotheses per sentence
+SearchIds = Callable[[list[list[int]], Stopped | None], list[list[Hypothesis]]]
 
 
 def translate_ids(
@@ -40,6 +42,7 @@ def translate_ids(
     config: DecodeConfig,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
+    stopped: Stopped | None = None,
 ) -> list[list[Hypothesis]]:
     """Decodes many source sentences, in batches of similar length, as ``config`` says.
 
@@ -52,15 +55,16 @@ def translate_ids(
         config: the search and its limits: at most ``batch_size`` sentences and
             ``max_source_tokens`` padded source tokens per batch (a longer sentence goes alone).
         generator: the random source for sampling.
+        stopped: whether nobody waits for sentence i any more (search.py): it ends early.
     Shape:
         returns one list of up to ``nbest`` hypotheses per sentence, best score first.
     """
     device = next(iter(model.parameters()), torch.empty(0)).device  # CPU for a parameterless stub
 
-    def run(batch: list[list[int]]) -> list[list[Hypothesis]]:
-        return search(model, pad(batch, device), config, use_cache, generator)  # (B, S) in
+    def run(batch: list[list[int]], left: Stopped | None) -> list[list[Hypothesis]]:
+        return search(model, pad(batch, device), config, use_cache, generator, left)  # (B, S)
 
-    return in_length_batches(sentences, config, run)
+    return in_length_batches(sentences, config, run, stopped)
 
 
 def check_no_padding(sentences: list[list[int]]) -> None:
@@ -71,7 +75,7 @@ def check_no_padding(sentences: list[list[int]]) -> None:
 
 
 def in_length_batches(
-    sentences: list[list[int]], config: DecodeConfig, run: SearchIds
+    sentences: list[list[int]], config: DecodeConfig, run: SearchIds, stopped: Stopped | None = None
 ) -> list[list[Hypothesis]]:
     """Runs ``run`` on batches of sentences of similar length; results in input order.
 
@@ -81,6 +85,8 @@ def in_length_batches(
         sentences: source ids (pieces + EOS), no PAD_ID.
         config: ``batch_size`` and ``max_source_tokens`` bound each batch.
         run: decodes one batch (a list of source id lists) into hypotheses per sentence.
+        stopped: whether nobody waits for sentence i any more; such a sentence gets no
+            hypotheses, and is not decoded at all if it is stopped before its batch starts.
     """
     check_no_padding(sentences)
     lengths = [len(ids) for ids in sentences]
@@ -89,9 +95,12 @@ def in_length_batches(
     results: dict[int, list[Hypothesis]] = {}
     batches = length_batches(widths, None, order, config.max_source_tokens, config.batch_size)
     for indices in (batch.tolist() for batch in batches):
-        found = run([sentences[i] for i in indices])
-        results.update(zip(indices, found, strict=True))
-    return [results[i] for i in range(len(sentences))]
+        if stopped is not None:
+            indices = [i for i in indices if not stopped(i)]
+        if indices:
+            found = run([sentences[i] for i in indices], within(stopped, indices))
+            results.update(zip(indices, found, strict=True))
+    return [results.get(i, []) for i in range(len(sentences))]
 
 
 def search(
@@ -100,17 +109,19 @@ def search(
     config: DecodeConfig,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
+    stopped: Stopped | None = None,
 ) -> list[list[Hypothesis]]:
     """One batch (B, S) through the search that the config asks for: sampling (``nbest``
     samples per sentence), greedy search (``beam_size`` 1) or beam search."""
     if config.sampling:
         n = config.nbest
         repeated = src_ids.repeat_interleave(n, dim=0)  # (B·n, S): n samples per sentence
-        drawn = sample(model, repeated, config, generator, use_cache)
+        per_row = within(stopped, [r // n for r in range(repeated.size(0))])
+        drawn = sample(model, repeated, config, generator, use_cache, per_row)
         return [sorted(drawn[i : i + n], key=lambda h: -h.score) for i in range(0, len(drawn), n)]
     if config.beam_size == 1:
-        return [[hyp] for hyp in greedy_search(model, src_ids, config, use_cache)]
-    return beam_search(model, src_ids, config, use_cache)
+        return [[hyp] for hyp in greedy_search(model, src_ids, config, use_cache, stopped)]
+    return beam_search(model, src_ids, config, use_cache, stopped)
 
 
 @dataclass
@@ -131,18 +142,27 @@ class TranslationResult:
 
 
 def translate(
-    model: Transformer, tokenizers: Tokenizers, sentences: list[str], decode: DecodeConfig
+    model: Transformer,
+    tokenizers: Tokenizers,
+    sentences: list[str],
+    decode: DecodeConfig,
+    stopped: Stopped | None = None,
 ) -> TranslationResult:
-    """Translates ``sentences`` (any number; batched by length inside) with the torch model."""
+    """Translates ``sentences`` (any number; batched by length inside) with the torch model;
+    ``stopped(i)``: nobody waits for sentence i any more (its translation is cut short)."""
 
-    def search_ids(ids: list[list[int]]) -> list[list[Hypothesis]]:
-        return translate_ids(model, ids, decode)
+    def search_ids(ids: list[list[int]], left: Stopped | None) -> list[list[Hypothesis]]:
+        return translate_ids(model, ids, decode, stopped=left)
 
-    return translate_with(search_ids, tokenizers, sentences, model.config.max_positions)
+    return translate_with(search_ids, tokenizers, sentences, model.config.max_positions, stopped)
 
 
 def translate_with(
-    search_ids: SearchIds, tokenizers: Tokenizers, sentences: list[str], max_positions: int
+    search_ids: SearchIds,
+    tokenizers: Tokenizers,
+    sentences: list[str],
+    max_positions: int,
+    stopped: Stopped | None = None,
 ) -> TranslationResult:
     """Text in, text out around any engine's ``search_ids`` (source ids -> hypotheses).
 
@@ -162,7 +182,7 @@ def translate_with(
         ids.append(pieces)
     nbest: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in sentences]
     if ids:
-        for i, hypotheses in zip(todo, search_ids(ids), strict=True):
+        for i, hypotheses in zip(todo, search_ids(ids, within(stopped, todo)), strict=True):
             nbest[i] = [
                 Translation(tokenizers.tgt.decode(h.tokens), h.score, h.tokens) for h in hypotheses
             ]
