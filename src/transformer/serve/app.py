@@ -9,11 +9,14 @@
 
 Every error is JSON ``{"error": code, "message": one line}`` with a 4xx status, or 500 with a
 generic message for a bug (whose traceback goes to the server's log, never into a response):
-400 for a body that is not UTF-8, 401 without the API key, 413 for a body over
-``max_body_bytes``, 422 for an invalid request (too many sentences, a sentence too long, a beam
-too wide, a field of the wrong type or name, JSON that does not parse), 429 with
-``Retry-After`` when ``max_queue`` sentences are already waiting, 503 while shutting down, 504
-when a request waited longer than ``timeout``.
+400 for a body that is not UTF-8, 401 without the API key, 408 for a body slower than
+``body_timeout``, 413 for a body over ``max_body_bytes``, 422 for an invalid request (too many
+sentences, a sentence too long, a beam too wide, more decoding work than ``max_cost``, a field
+of the wrong type or name, JSON that does not parse), 429 with ``Retry-After`` when
+``max_queue`` sentences are already waiting, 503 while shutting down, 504 when a request waited
+longer than ``timeout``. A request whose client disconnects is dropped from the queue, or its
+sentences stop being decoded (``Batcher.abandon``), and it is logged as 499. HEAD works wherever
+GET does; the page may not be framed by another site (``frame-ancestors 'none'``).
 
 The engine is ours (torch) or CTranslate2 (``serve --engine ctranslate2``): /translate and the
 batching are the same for both; /attention needs our model's attention maps, so with
@@ -43,13 +46,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from ..config import DecodeConfig
+from ..config import DecodeConfig, ModelConfig
 from ..errors import BadValue, UserError
 from ..inference.engine import Engine, TorchEngine
 from ..inspect.attention import inspect_sentence
 from .batcher import Batcher, QueueFull, ShuttingDown
 from .config import ServeConfig
-from .middleware import AccessLog, BodyLimit
+from .middleware import CLIENT_GONE, AccessLog, BodyLimit, HeadAsGet
 from .schema import (
     AttentionResponse,
     ErrorBody,
@@ -98,13 +101,15 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
                   redoc_url=None, summary="Translation with the Transformer of 'Attention Is "
                   "All You Need'.")  # fmt: skip
     app.state.batcher = batcher
-    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, timeout=config.body_timeout)
     app.add_middleware(AccessLog)
     _add_error_handlers(app)
     protected, keyed = _key_required(config.api_key), (401,) if config.api_key else ()
 
-    async def answer(future_of: Callable[[], Future]) -> Any:
-        """What the worker returns for a job, as the API's errors when it cannot."""
+    async def answer(future_of: Callable[[], Future], request: Request) -> Any:
+        """What the worker returns for a job, as the API's errors when it cannot; a job whose
+        client left or whose time ran out is abandoned (no more work on it)."""
         try:
             future = future_of()
         except QueueFull as error:
@@ -112,26 +117,48 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
                            {"Retry-After": "1"}) from None  # fmt: skip
         except ShuttingDown as error:
             raise ApiError(503, "shutting_down", str(error)) from None
+        result, left = asyncio.wrap_future(future), asyncio.ensure_future(_client_left(request))
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), config.timeout)
-        except asyncio.TimeoutError:
+            await asyncio.wait({result, left}, timeout=config.timeout,
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        finally:
+            left.cancel()
+        if not result.done():
+            batcher.abandon(future)
+            if left.done() and not left.cancelled():
+                raise ApiError(CLIENT_GONE, "client_closed_request", "the client left")
             message = f"no answer within {config.timeout:g} s (serve.timeout); try again later"
-            raise ApiError(504, "timeout", message) from None
+            raise ApiError(504, "timeout", message)
+        try:
+            return result.result()
         except UserError as error:
             raise ApiError(422, "invalid_request", str(error)) from None
         except Exception:  # a bug: its traceback goes to the log, not to the client
             log.exception("the worker failed")
             raise ApiError(500, "internal_error", _INTERNAL) from None
 
+    def check_cost(sentences: list[str], decode: DecodeConfig) -> None:
+        """422 for a request that may ask for more decoding work than ``serve.max_cost``."""
+        n, longest, hypotheses = decoding_cost(sentences, decode, engine, model_config)
+        if n * hypotheses > config.max_cost:
+            message = (
+                f"this request may decode {n * hypotheses:,} tokens (up to {longest} per "
+                f"sentence, {n:,} in all, x {hypotheses} hypotheses); this server allows "
+                f"{config.max_cost:,} (serve.max_cost): send fewer sentences, a smaller beam or "
+                "max_len"
+            )
+            raise ApiError(422, "over_budget", message)
+
     @app.post("/translate", response_model=TranslateResponse, **protected,
-              responses=_errors(*keyed, 400, 413, 422, 429, 500, 503, 504))  # fmt: skip
+              responses=_errors(*keyed, 400, 408, 413, 422, 429, 500, 503, 504))  # fmt: skip
     async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:
         """Translates one or more sentences; the search options default to the model's."""
         start = time.perf_counter()
         sentences: list[str] = body.sentences
         request.state.log = _log_fields(sentences, config.log_text)
         decode = _search(default, body.beam, body.nbest, body.max_len, body.sampling)
-        batched = await answer(lambda: batcher.translate(sentences, decode))
+        check_cost(sentences, decode)
+        batched = await answer(lambda: batcher.translate(sentences, decode), request)
         truncated = set(batched.result.truncated)
         translations = [
             SentenceTranslation(
@@ -147,7 +174,7 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
                                  batch_sentences=batched.batch_sentences)  # fmt: skip
 
     @app.post("/attention", response_model=AttentionResponse, **protected,
-              responses=_errors(*keyed, 400, 413, 422, 429, 500, 501, 503, 504))  # fmt: skip
+              responses=_errors(*keyed, 400, 408, 413, 422, 429, 500, 501, 503, 504))  # fmt: skip
     async def attention(body: AttentionRequest, request: Request) -> AttentionResponse:
         """Translates one sentence and returns its encoder-decoder attention, layer by layer
         (torch engine only: 501 with CTranslate2)."""
@@ -157,6 +184,7 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
                            f"server runs {engine.name} (serve --engine torch)")  # fmt: skip
         request.state.log = _log_fields([body.sentence], config.log_text)
         decode = _search(default, body.beam, 1, body.max_len, False)
+        check_cost([body.sentence], decode)
 
         def inspect() -> dict:
             with torch.inference_mode(), engine.precision():
@@ -168,7 +196,7 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
                     "cross_attention": [w.round(decimals=4).tolist()  # (H, T, S) per layer
                                         for w in weights]}  # fmt: skip
 
-        found = await answer(lambda: batcher.call(inspect))
+        found = await answer(lambda: batcher.call(inspect), request)
         return AttentionResponse(**found, time_ms=(time.perf_counter() - start) * 1000)
 
     @app.get("/info", response_model=InfoResponse, **protected, responses=_errors(*keyed))
@@ -177,7 +205,8 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
         limits."""
         data = engine.config.data
         limits = {name: getattr(config, name) for name in ("max_body_bytes", "max_sentences",
-                  "max_chars", "max_beam", "max_queue", "timeout")}  # fmt: skip
+                  "max_chars", "max_beam", "max_queue", "timeout", "max_cost", "body_timeout",
+                  "idle_timeout")}  # fmt: skip
         return InfoResponse(
             source_language=data.src_lang, target_language=data.tgt_lang,
             parameters=engine.parameters, checkpoint=engine.path.name, engine=engine.name,
@@ -214,8 +243,34 @@ def _key_required(api_key: str | None) -> dict[str, Any]:
     return {"dependencies": [Depends(require_key)]}
 
 
-# The page loads nothing from elsewhere; the browser enforces it too.
-_PAGE_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:"}
+def decoding_cost(
+    sentences: list[str], decode: DecodeConfig, engine: Engine, model: ModelConfig
+) -> tuple[int, int, int]:
+    """(output tokens the sentences may reach in all, the most one may reach, hypotheses kept
+    per step): the search's own limit per sentence, floor(a · source length + b) capped at
+    max_positions - 1 (``search.output_length_limits``; ``max_len`` sets a = 0, b = max_len),
+    the source counting its pieces and EOS, cut to max_positions as ``translate_with`` cuts it.
+    Empty sentences cost nothing."""
+    a, b, top = decode.max_len_a, decode.max_len_b, model.max_positions - 1
+    encode = engine.tokenizers.src.encode
+    lengths = [min(len(encode(s)) + 1, model.max_positions) for s in sentences if s.strip()]
+    limits = [max(0, min(math.floor(a * n + b), top)) for n in lengths]
+    hypotheses = decode.nbest if decode.sampling else decode.beam_size
+    return sum(limits), max(limits, default=0), hypotheses
+
+
+async def _client_left(request: Request) -> None:
+    """Returns when the client disconnects (uvicorn's receive says so once the body is read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+# The page loads nothing from elsewhere, and no other site may frame it (clickjacking); the
+# browser enforces both. X-Frame-Options is for browsers older than CSP's frame-ancestors.
+_PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+}
 
 
 def _search(
