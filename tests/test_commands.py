@@ -142,10 +142,12 @@ def test_evaluate_prints_bleu_and_chrf_with_signatures(numbers_model, tmp_path, 
     assert len(hyp.read_text().split("\n")[:-1]) == 2
 
 
-def test_evaluate_defaults_to_the_runs_test_split(numbers_model, capsys):
+def test_evaluate_defaults_to_the_runs_test_split(numbers_model, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the hypotheses go to the current folder, not the model's
     code, out, _ = cli(["evaluate", str(numbers_model), "--beam_size", "1"], capsys)
     assert code == 0 and "BLEU = " in out
-    assert len((numbers_model / "test.hyp").read_text().split("\n")[:-1]) == 30
+    assert len((tmp_path / "model.test.hyp").read_text().split("\n")[:-1]) == 30
+    assert not (numbers_model / "test.hyp").exists()
 
 
 def test_evaluate_mismatched_files_is_an_error(numbers_model, tmp_path, capsys):

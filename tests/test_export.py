@@ -247,7 +247,7 @@ def test_int8_loses_at_most_half_a_bleu_point(translating_model, tmp_path):
     export_model(translating_model, tmp_path / "int8", quantization="int8")
     assert read_export(tmp_path / "int8").quantization == "int8"
     found = [
-        evaluate(engine, None, None, str(tmp_path / f"{name}.hyp"), False, tmp_path)
+        evaluate(engine, None, None, tmp_path / f"{name}.hyp")
         for name, engine in [("torch", load_torch_engine(translating_model)),
                              ("int8", load_ctranslate2(tmp_path / "int8"))]
     ]  # fmt: skip

@@ -8,10 +8,16 @@ CPU, pinned when they go to a GPU, and copied without blocking the host.
 
 Checkpoints hold CPU tensors only, so a model trained on a GPU translates on a CPU and the
 reverse (``map_location``: the weights are read on the CPU, then moved).
+
+``runtime.threads`` is checked against this machine here, not in the config (which is saved
+with a run and may be resumed elsewhere): more than ``THREADS_PER_CORE`` threads per core this
+process may use is refused before torch or CTranslate2 sees it (OpenMP crashed with 100,000, a
+segmentation fault, and failed to create 20,000).
 """
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from contextlib import AbstractContextManager, nullcontext
@@ -22,6 +28,39 @@ from .config import RuntimeConfig
 from .errors import BadValue
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+THREADS_PER_CORE = 4  # a sane maximum of runtime.threads: 4 x the cores (oversubscribed already)
+
+
+def cores() -> int:
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):  # Linux: the affinity mask, as a container limits it
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def available_memory() -> int | None:
+    """Bytes of memory free for a new allocation on this machine (None where unknown)."""
+    try:  # Linux: MemAvailable counts the page cache that can be dropped too
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_threads(threads: int) -> None:
+    """Refuses a ``runtime.threads`` above ``THREADS_PER_CORE`` x ``cores()`` (one line)."""
+    limit = THREADS_PER_CORE * cores()
+    if threads > limit:
+        raise BadValue(
+            f"--runtime.threads {threads} is more than {limit} ({THREADS_PER_CORE} per CPU core "
+            f"this process may use, {cores()}); 0 lets the library choose"
+        )
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -88,6 +127,7 @@ def prepare_runtime(runtime: RuntimeConfig, local_rank: int = 0) -> torch.device
     Under torchrun, ``auto`` and ``cuda`` give each process on a machine its own GPU (its
     LOCAL_RANK); ``cuda:N`` keeps the GPU named.
     """
+    check_threads(runtime.threads)
     if runtime.threads:
         torch.set_num_threads(runtime.threads)
     device = resolve_device(runtime.device)

@@ -17,6 +17,13 @@ to the newest complete checkpoint with a warning, and a damaged file is an error
 The rest of a training run's folder (its lock, metrics, binarized data, the staging of
 ``--overwrite``) belongs to ``training/rundir.py``; resuming and pruning to
 ``training/checkpoint.py``.
+
+Folder kinds. Every folder a command makes says what it is with a marker file,
+``transformer-KIND.json`` for the kinds run (``train``), export (``export``, any format) and
+import (a model brought in from another toolkit): ``mark_folder`` writes it, ``folder_kind``
+reads it (``files.py``, whose write rule needs it too), and ``check_replaceable`` is the one
+check before a command makes or replaces a folder of its kind: never inside another project
+folder, never over a folder of another kind.
 """
 
 from __future__ import annotations
@@ -35,7 +42,18 @@ from safetensors.torch import load, save
 
 from .config import RunConfig, build_config
 from .errors import UserError
-from .files import describe_os_error, fsync_dir, remove_tree, write_json_atomic
+from .files import (
+    KINDS,
+    describe_folder,
+    describe_os_error,
+    folder_kind,
+    fsync_dir,
+    is_checkpoint_folder,
+    marker_name,
+    project_folder_of,
+    remove_tree,
+    write_json_atomic,
+)
 from .model.build import Seq2Seq, build_model
 
 WEIGHTS = "model.safetensors"
@@ -134,7 +152,7 @@ def step_checkpoints(checkpoints: Path) -> list[Path]:
 
 
 def is_complete(folder: Path) -> bool:
-    return (folder / WEIGHTS).is_file() and (folder / CONFIG).is_file()
+    return is_checkpoint_folder(folder)  # model.safetensors and config.json
 
 
 @dataclass
@@ -225,3 +243,39 @@ def load_weights(model: Seq2Seq, path: Path) -> None:
 def model_dir_of(folder: Path) -> Path:
     """The model directory a checkpoint folder belongs to (``OUT/checkpoints/NAME`` -> ``OUT``)."""
     return folder.parent.parent if folder.parent.name == CHECKPOINTS else folder
+
+
+# ------------------------------------------------------------------------------ folder kinds
+def mark_folder(path: str | Path, kind: str, **info: object) -> Path:
+    """Writes the marker that makes ``path`` a project folder of ``kind`` (atomically).
+
+    Args:
+        kind: run, export or import.
+        info: JSON-able facts stored with it, e.g. ``format``, ``source``, ``files`` (the
+            entries the command made, for a command that replaces only those).
+    Returns the marker file.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown folder kind {kind!r}; choose from {KINDS}")
+    marker = Path(path) / marker_name(kind)
+    write_json_atomic(marker, {"kind": kind, **info})
+    return marker
+
+
+def check_replaceable(path: str | Path, kind: str, flag: str = "--out") -> None:
+    """Refuses (one line naming ``flag``) to make or replace a folder of ``kind`` at ``path`` if
+    it lies inside another project folder, is not a folder, or is a project folder of another
+    kind (or a checkpoint). A missing folder, an empty one, one of the same kind, or one of the
+    user's own may go ahead: which of its entries may be replaced is the owner's business
+    (``RunDir``, ``export/folder.py``)."""
+    path = Path(path)
+    inside = project_folder_of(path)
+    if inside is not None:
+        raise UserError(f"{flag} {path} lies inside {describe_folder(*inside)}; a {kind} there "
+                        f"would damage it: choose {flag} outside it")  # fmt: skip
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {path} exists and is not a folder: choose another {flag}")
+    found = folder_kind(path) or ("checkpoint" if is_checkpoint_folder(path) else None)
+    if found not in (None, kind):
+        raise UserError(f"{flag} {path} is {describe_folder(path, found)}, not a {kind}; "
+                        f"nothing in it is replaced: choose another {flag}")  # fmt: skip

@@ -1,11 +1,13 @@
 """Translate, evaluate and score as jobs on files: what those commands do.
 
 A job runs an ``Engine`` (inference/engine.py) over files or standard input and output, and
-reads and writes them the safe way: an output that is also an input is refused before anything
-is read, inputs are checked before any work, and outputs appear complete or not at all
-(``files.atomic_write``). Input lines are translated in chunks (bounded memory) and stay aligned
-with the output lines; n-best lists come out Moses-style, word alignments after ``|||`` in
-Pharaoh format.
+reads and writes them the safe way: every output passes ``files.check_output`` before anything
+is read (never a device, a FIFO, an input, or a file inside a model or project folder), a closed
+standard input or output is a one-line error, and outputs appear complete or not at all
+(``files.atomic_write``). Input lines are translated in chunks (bounded memory) and stay
+aligned with the output lines; n-best lists come out Moses-style, word alignments after ``|||``
+in Pharaoh format. ``evaluate`` writes its hypotheses beside ``--src`` (the run's test split:
+``MODEL.test.hyp`` in the current folder), never into the model's folder.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ..config import DecodeConfig
 from ..data.corpora import load_splits
 from ..data.readers import read_lines, read_parallel
 from ..errors import UserError
-from ..files import atomic_write, check_not_an_input
+from ..files import STDOUT, atomic_write, check_output
 from ..inference.alignment import pharaoh
 from ..inference.engine import Engine
 from ..inference.evaluate import ExactMatch, Score, exact_match, score_translations
@@ -33,16 +35,17 @@ Translate = Callable[[list[str], DecodeConfig | None, list[str] | None], Transla
 def translate_file(
     engine: Engine,
     input: str | None,
-    output: str | None,
-    stdin: IO[bytes],
-    stdout: IO[str],
+    output: str | Path | None,
+    stdin: IO[bytes] | None,
+    stdout: IO[str] | None,
     warn: Callable[[str], None],
     prefix: str | None = None,
 ) -> int:
-    """Translates ``input`` (or standard input; interactively on a terminal) into ``output``
-    (or standard output), line by line; returns the number of lines. ``prefix``: a file of
-    target prefixes, line-aligned with the input (an empty line for none)."""
-    interactive = input is None and stdin.isatty()
+    """Translates ``input`` (or ``stdin``; interactively on a terminal) into ``output`` (or
+    ``stdout``), line by line; returns the number of lines. The streams are those
+    ``standard_streams`` gave: None where a file is used instead. ``prefix``: a file of target
+    prefixes, line-aligned with the input (an empty line for none)."""
+    interactive = input is None and stdin is not None and stdin.isatty()
     if input is not None:
         lines: Iterable[str] = read_lines(input)
     elif interactive:
@@ -51,6 +54,7 @@ def translate_file(
         print("Type a sentence and press Enter (Ctrl-D to quit).", file=sys.stderr)
         lines = _prompted_lines()
     else:
+        assert stdin is not None, "standard_streams gives stdin when there is no input file"
         lines = _stdin_lines(stdin)
     prefixes = None
     if prefix is not None:
@@ -59,6 +63,7 @@ def translate_file(
     chunk = 1 if interactive else 2000
     nbest = engine.decode.nbest
     if output is None:
+        assert stdout is not None, "standard_streams gives stdout when there is no output file"
         write = _printer(stdout, interactive)
         return translate_lines(engine.translate, lines, nbest, write, warn, chunk, prefixes)
     with atomic_write(output) as out:  # the file appears complete, at the end
@@ -137,10 +142,38 @@ def translate_lines(
     return done
 
 
-def check_outputs(output: str | None, **inputs: str | None) -> None:
-    """Refuses an output that is one of the inputs (before anything is loaded or read)."""
+def standard_streams(
+    input: str | None, output: Path | None
+) -> tuple[IO[bytes] | None, IO[str] | None]:
+    """(standard input, standard output) where the job uses them instead of files, else None;
+    a closed one (``<&-``, ``>&-``) is a one-line error before anything is loaded."""
+    stdin = stdout = None
+    if input is None:
+        if sys.stdin is None:
+            raise UserError("standard input is closed: give --input FILE, or pipe the sentences in")
+        stdin = sys.stdin.buffer
+    if output is None:
+        if sys.stdout is None:
+            raise UserError("standard output is closed: give --output FILE")
+        stdout = sys.stdout
+    return stdin, stdout
+
+
+def hypotheses_path(output: str | None, src: str | None, ref: str | None, model_dir: str) -> Path:
+    """Where ``evaluate`` writes its hypotheses, checked (``files.check_output``): ``output``,
+    else beside ``src`` (``SRC.hyp``), else ``MODEL.test.hyp`` in the current folder."""
+    reads = {"--src": src, "--ref": ref, "MODEL_DIR": model_dir}
+    if output == STDOUT:
+        raise UserError("--output -: evaluate prints its scores on standard output; give the "
+                        "hypotheses a file")  # fmt: skip
     if output is not None:
-        check_not_an_input(output, {f"--{k}": v for k, v in inputs.items()}, "--output")
+        return check_output(output, "--output", reads) or Path(output)
+    name = Path(model_dir).resolve().name
+    default = Path(f"{src}.hyp") if src is not None else Path(f"{name}.test.hyp")
+    try:
+        return check_output(default, "--output", reads) or default
+    except UserError as error:
+        raise UserError(f"{error} (the hypotheses' default place; give --output)") from None
 
 
 def _printer(stream: IO[str], flush: bool) -> Callable[[str], None]:
@@ -189,35 +222,30 @@ class Evaluation:
 
 
 def evaluate(
-    engine: Engine,
-    src: str | None,
-    ref: str | None,
-    output: str | None,
-    lowercase: bool,
-    default_dir: Path,
+    engine: Engine, src: str | None, ref: str | None, output: str | Path, lowercase: bool = False
 ) -> Evaluation:
     """Translates a test set (files, or the run's own test split) and scores it.
 
     Args:
         src, ref: line-aligned files, or both None for the run's test split.
-        output: where the hypotheses go (default: ``default_dir/NAME.hyp``).
+        output: where the hypotheses go (``hypotheses_path``).
         lowercase: also report lowercased BLEU.
     """
     if (src is None) != (ref is None):
         raise UserError("give both --src and --ref, or neither (to use the run's test split)")
     groups, note = None, ""
     if src is not None and ref is not None:
-        pairs, name = read_parallel(src, ref), Path(src).name
+        pairs = read_parallel(src, ref)
         if not pairs:
             raise UserError(f"nothing to evaluate: {src} and {ref} are empty")
     else:
-        splits, name = load_splits(engine.config.data), "test"
+        splits = load_splits(engine.config.data)
         pairs, groups, note = splits.test, splits.test_groups, splits.test_note
         if not pairs:
             raise UserError("the run's corpus has no test split; pass --src and --ref")
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     result = engine.translate(sources)
-    hypotheses = Path(output) if output else default_dir / f"{name}.hyp"
+    hypotheses = Path(output)
     with atomic_write(hypotheses) as f:
         f.write("".join(h + "\n" for h in result.best))
     scores = score_translations(result.best, references, lowercase=lowercase)
@@ -226,7 +254,7 @@ def evaluate(
 
 
 def score_file(
-    engine: Engine, src: str, ref: str, output: str | None, stdout: IO[str],
+    engine: Engine, src: str, ref: str, output: str | Path | None, stdout: IO[str] | None,
     warn: Callable[[str], None],
 ) -> int:  # fmt: skip
     """Writes, for each line pair of ``src`` and ``ref``, the model's log-probability of the
@@ -240,6 +268,7 @@ def score_file(
         warn(f"line {i + 1}: the source is longer than the model accepts; scored its beginning")
     lines = [f"{p.log_prob:.6f}\t{p.per_token:.6f}\t{p.penalised:.6f}\n" for p in result.scores]
     if output is None:
+        assert stdout is not None, "standard_streams gives stdout when there is no output file"
         stdout.write("".join(lines))
     else:
         with atomic_write(output) as out:

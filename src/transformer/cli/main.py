@@ -30,7 +30,7 @@ from ..errors import Terminated, UserError
 from ..files import describe_os_error
 from .commands import COMMANDS
 from .help import command_help
-from .options import COMMAND_SECTIONS, parse
+from .options import COMMAND_SECTIONS, parse, section_file_help
 from .training import run_config
 
 set_parsing_settings(docstring_parse_attribute_docstrings=True)
@@ -48,6 +48,9 @@ def build_parser(name: str) -> ArgumentParser:
         parser.add_class_arguments(
             COMMAND_SECTIONS[section], section, sub_configs=False, instantiate=False, skip=skip
         )
+    for action in parser._actions:  # --SECTION FILE: read by options.parse, not jsonargparse
+        if action.dest in command.sections and action.option_strings == [f"--{action.dest}"]:
+            action.help, action.metavar = section_file_help(action.dest), "FILE"
     return parser
 
 

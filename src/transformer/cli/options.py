@@ -3,7 +3,9 @@
 jsonargparse reads the config dataclasses, their types and the docstring under each field, so
 every key is an option with its type, default and help. ``normalize`` maps the other spellings
 onto that one scheme: a key unique across sections without its section (``--max_steps``), ``-``
-for ``_``, and a true/false key alone meaning true.
+for ``_``, and a true/false key alone meaning true. ``--SECTION FILE`` (``--decode FILE``) reads
+a YAML file of that section's keys, checked as ``--config`` is (``config.files.read_section``);
+the section's own options go on top of it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import fields
 from jsonargparse import ArgumentParser
 
 from ..config import SECTIONS, RuntimeConfig
+from ..config.files import read_section
 from ..errors import UserError
 from ..serve.config import ServeConfig
 
@@ -55,15 +58,41 @@ def parse(
     parser: ArgumentParser, argv: list[str], sections: tuple[str, ...]
 ) -> tuple[argparse.Namespace, dict[str, dict]]:
     """(the command's own options, {section: {key: value}} of the config keys given)."""
-    args = normalize(argv, sections)
+    args, files = section_files(normalize(argv, sections), sections)
     try:
         given = parser.parse_args(args, defaults=False).as_dict()
         everything = parser.parse_args(args).as_dict()
     except argparse.ArgumentError as error:
         raise UserError(one_line(str(error), parser)) from None
     config = {section: given[section] for section in COMMAND_SECTIONS if section in given}
+    for section, path in files.items():  # the options given go on top of the file's keys
+        config[section] = {**read_section(path, section, COMMAND_SECTIONS[section]),
+                           **config.get(section, {})}  # fmt: skip
     own = {key: value for key, value in everything.items() if key not in COMMAND_SECTIONS}
     return argparse.Namespace(**own), config
+
+
+def section_files(args: list[str], sections: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
+    """(``args`` without ``--SECTION FILE``, {section: FILE}): the files are read by ``parse``,
+    not by jsonargparse, so that they get the checks ``--config`` gets."""
+    rest: list[str] = []
+    files: dict[str, str] = {}
+    while args:
+        arg, args = args[0], args[1:]
+        name, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
+        if name not in sections or not (eq or args):
+            rest.append(arg)
+            continue
+        if not eq:
+            value, args = args[0], args[1:]
+        files[name] = value
+    return rest, files
+
+
+def section_file_help(section: str) -> str:
+    """The help of ``--SECTION FILE``."""
+    return (f"a YAML file of {section} keys (key: value), checked as --config is; the "
+            f"--{section}.KEY options go on top")  # fmt: skip
 
 
 def one_line(message: str, parser: ArgumentParser) -> str:

@@ -72,6 +72,7 @@ def _train(ns: argparse.Namespace, given: dict[str, dict]) -> None:
 def run_config(ns: argparse.Namespace, given: dict[str, dict]) -> tuple[RunConfig, Path]:
     """The run's config (--config, or the saved one on --resume, with the options on top) and
     its model directory."""
+    from ..model_dir import check_replaceable
     from ..training.rundir import RunDir
 
     data = given.get("data", {})
@@ -80,6 +81,7 @@ def run_config(ns: argparse.Namespace, given: dict[str, dict]) -> tuple[RunConfi
     if ns.resume and ns.config is None:
         if ns.out is None:
             raise UserError("--resume needs --out DIR (the run to continue)")
+        check_replaceable(ns.out, "run")  # before its config is read (train checks it again)
         base = RunDir(ns.out).saved_config().to_dict()
         config = build_config(_merged(base, given), f"{ns.out} with the options")
     else:

@@ -12,6 +12,7 @@ from pathlib import Path
 from jsonargparse import ArgumentParser
 
 from ..errors import UserError
+from ..files import STDOUT, check_output
 from ..serve.config import ServeConfig
 from .options import engine_options, model_options, runtime_of
 
@@ -19,21 +20,24 @@ from .options import engine_options, model_options, runtime_of
 def _translate_options(p: ArgumentParser) -> None:
     model_options(p)
     engine_options(p)
-    p.add_argument("--input", "-i", help="file to translate (default: standard input)")
-    p.add_argument("--output", "-o", help="write translations here (default: standard output)")
+    p.add_argument("--input", "-i", help="file to translate (default or -: standard input)")
+    p.add_argument("--output", "-o", help="write translations to this file (default or -: "
+                   "standard output); not a device, nor a file in a model's folder")  # fmt: skip
     p.add_argument("--prefix", help="target prefixes, line-aligned with the input: each "
                    "translation starts with its line (an empty line: none)")  # fmt: skip
 
 
 def _translate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_engine
-    from .jobs import check_outputs, translate_file
+    from .jobs import standard_streams, translate_file
 
-    check_outputs(ns.output, input=ns.input, prefix=ns.prefix)
+    source = None if ns.input in (None, STDOUT) else ns.input
+    reads = {"--input": source, "--prefix": ns.prefix, "MODEL_DIR": ns.model_dir}
+    output = check_output(ns.output, "--output", reads)
+    stdin, stdout = standard_streams(source, output)
     engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
                          **given.get("decode", {}))  # fmt: skip
-    translate_file(engine, ns.input, ns.output, sys.stdin.buffer, sys.stdout, _warn("translate"),
-                   ns.prefix)  # fmt: skip
+    translate_file(engine, source, output, stdin, stdout, _warn("translate"), ns.prefix)
 
 
 def _warn(command: str) -> Callable[[str], None]:
@@ -48,17 +52,20 @@ def _score_options(p: ArgumentParser) -> None:
     engine_options(p)
     p.add_argument("--src", required=True, help="source sentences, one per line")
     p.add_argument("--ref", required=True, help="their translations, line-aligned with --src")
-    p.add_argument("--output", "-o", help="write the scores here (default: standard output)")
+    p.add_argument("--output", "-o", help="write the scores to this file (default or -: "
+                   "standard output); not a device, nor a file in a model's folder")  # fmt: skip
 
 
 def _score(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_engine
-    from .jobs import check_outputs, score_file
+    from .jobs import score_file, standard_streams
 
-    check_outputs(ns.output, src=ns.src, ref=ns.ref)
+    reads = {"--src": ns.src, "--ref": ns.ref, "MODEL_DIR": ns.model_dir}
+    output = check_output(ns.output, "--output", reads)
+    _, stdout = standard_streams("-", output)
     engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
                          **given.get("decode", {}))  # fmt: skip
-    score_file(engine, ns.src, ns.ref, ns.output, sys.stdout, _warn("score"))
+    score_file(engine, ns.src, ns.ref, output, stdout, _warn("score"))
 
 
 def _evaluate_options(p: ArgumentParser) -> None:
@@ -66,18 +73,19 @@ def _evaluate_options(p: ArgumentParser) -> None:
     engine_options(p)
     p.add_argument("--src", help="source sentences, one per line (default: the run's test split)")
     p.add_argument("--ref", help="reference translations, line-aligned with --src")
-    p.add_argument("--output", "-o", help="where to write the hypotheses (default: MODEL_DIR)")
+    p.add_argument("--output", "-o", help="where to write the hypotheses (default: SRC.hyp "
+                   "beside --src; for the run's test split MODEL.test.hyp here)")  # fmt: skip
     p.add_argument("--lowercase", action="store_true", help="also report lowercased BLEU")
 
 
 def _evaluate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_engine
-    from .jobs import check_outputs, evaluate
+    from .jobs import evaluate, hypotheses_path
 
-    check_outputs(ns.output, src=ns.src, ref=ns.ref)
+    output = hypotheses_path(ns.output, ns.src, ns.ref, ns.model_dir)
     engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
                          **given.get("decode", {}))  # fmt: skip
-    found = evaluate(engine, ns.src, ns.ref, ns.output, ns.lowercase, Path(ns.model_dir))
+    found = evaluate(engine, ns.src, ns.ref, output, ns.lowercase)
     if found.truncated:
         print(f"warning: {found.truncated} source lines were truncated", file=sys.stderr)
     print("\n".join(found.lines()))
@@ -159,7 +167,7 @@ def _explain(ns: argparse.Namespace, given: dict[str, dict]) -> None:
 def _attention_options(p: ArgumentParser) -> None:
     model_options(p)
     p.add_argument("sentence", help="the source sentence")
-    p.add_argument("--out", default="attention", help="output folder")
+    p.add_argument("--out", default="attention", help="output folder (not inside a model's)")
     p.add_argument("--layer", type=int, help="only this layer (counted from 1)")
     p.add_argument("--head", type=int, help="only this head (counted from 1)")
     p.add_argument("--html", action="store_true", help="also write a single-file HTML report")
@@ -169,6 +177,7 @@ def _attention(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_torch_engine
     from ..inspect.attention import attention_job
 
+    check_output(ns.out, "--out", {"MODEL_DIR": ns.model_dir}, folder=True)
     engine = load_torch_engine(ns.model_dir, ns.checkpoint, runtime_of(given),
                                **given.get("decode", {}))  # fmt: skip
     layer, head = (None if n is None else n - 1 for n in (ns.layer, ns.head))  # indices from 0

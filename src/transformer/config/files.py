@@ -2,7 +2,9 @@
 
 Precedence, lowest first: the dataclass defaults, the ``model.preset``, the YAML file, the
 overrides (the command line's ``--section.key value``), saved JSON; ``build_config`` checks the
-result: an unknown section or key is an error that names it.
+result: an unknown section or key is an error that names it. A file of one section's keys
+(``--decode FILE``, ``--runtime FILE``, ...) gets the same checks (``read_section``), and a
+section that is not a mapping is an error naming the section and the file.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -78,20 +81,58 @@ def read_yaml(path: str) -> dict:
     file = Path(path)
     if not file.exists() and (CONFIGS_DIR / f"{path}.yaml").exists():
         file = CONFIGS_DIR / f"{path}.yaml"
-    try:
-        with open(file, encoding="utf-8") as f:
-            values = yaml.safe_load(f) or {}
-    except FileNotFoundError:
-        raise UserError(
-            f"config file not found: {path} (built-in configs: {', '.join(builtin_configs())})"
-        ) from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"cannot read {path}: {error}") from None
-    except yaml.YAMLError as error:
-        raise UserError(f"{path}: not valid YAML: {str(error).splitlines()[0]}") from None
+    values = _load_yaml(file, path)
     if not isinstance(values, dict):
         raise UserError(f"{path}: expected a mapping of sections {list(SECTIONS)}")
+    for section, body in values.items():
+        if body is not None and not isinstance(body, dict):
+            raise BadValue(f"{path}: section {section!r} must be a mapping of key: value, got "
+                           f"{type(body).__name__} {body!r}")  # fmt: skip
     return values
+
+
+def read_section(path: str, section: str, cls: type) -> dict[str, Any]:
+    """The {key: value} of a YAML file holding one section's keys (``--decode FILE``), checked
+    as ``--config`` is: a mapping, known keys, values the section accepts.
+
+    Args:
+        section: its name, for messages; ``model`` also takes ``preset``.
+        cls: its dataclass, built once here to check the values.
+    """
+    values = _load_yaml(Path(path), path) or {}
+    if not isinstance(values, dict):
+        raise BadValue(f"{path}: expected a mapping of {section} keys (key: value), got "
+                       f"{type(values).__name__} {values!r}")  # fmt: skip
+    names = {f.name for f in fields(cls)} | ({"preset"} if section == "model" else set())
+    for key in values:
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise BadValue(f"{path}: unknown {section} key {key!r}{hint}")
+    rest = {k: v for k, v in values.items() if k != "preset"}
+    try:
+        if section == "model":
+            replace(ModelConfig.preset(str(values.get("preset", DEFAULT_PRESET))), **rest)
+        else:
+            cls(**rest)
+    except BadValue as error:
+        raise BadValue(f"{path}: {error}") from None
+    return values
+
+
+def _load_yaml(file: Path, name: str) -> Any:
+    """A YAML file's content; a missing, unreadable or invalid file is a one-line error."""
+    try:
+        with open(file, encoding="utf-8") as f:
+            return yaml.safe_load(f) or {}
+    except FileNotFoundError:
+        raise UserError(
+            f"config file not found: {name} (built-in configs: {', '.join(builtin_configs())})"
+        ) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"cannot read {name}: {error}") from None
+    except yaml.YAMLError as error:
+        raise UserError(f"{name}: not valid YAML: {str(error).splitlines()[0]}") from None
 
 
 def load_config(path: str | None = None, overrides: dict | None = None) -> RunConfig:

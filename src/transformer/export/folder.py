@@ -5,14 +5,17 @@
     OUT/shared_vocabulary.json         or source_ and target_vocabulary.json: pieces in id order
     OUT/tokenizer/                     our SentencePiece model(s), copied: joint.model, or
                                        src.model and tgt.model
-    OUT/transformer-export.json        what this is: the run's config, the checkpoint it came
-                                       from, the quantization
+    OUT/transformer-export.json        what this is (the export's folder-kind marker,
+                                       ``model_dir.mark_folder``): the run's config, the
+                                       checkpoint it came from, the quantization, the files made
 
 Nothing a user has is lost: OUT must be missing, empty, or an earlier export (it has
 ``transformer-export.json``, written by this export or by ``--to huggingface``,
-``hub/huggingface_export.py``); anything else is refused before any work. The new export is
-built in a hidden sibling folder and renamed into place once complete (``files.built_aside``):
-an interruption leaves the old export or the new one, never half of one.
+``hub/huggingface_export.py``) holding only the files that export made, and lie inside no other
+project folder (``model_dir.check_replaceable``); anything else is refused before any work, and
+a file of the user's in an earlier export is named, not deleted. The new export is built in a
+hidden sibling folder and renamed into place once complete (``files.built_aside``): an
+interruption leaves the old export or the new one, never half of one.
 """
 
 from __future__ import annotations
@@ -24,13 +27,16 @@ from pathlib import Path
 from ..config import RunConfig, build_config
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
-from ..files import built_aside, write_json_atomic
+from ..files import built_aside, folder_kind, marker_name
 from ..model.transformer import Transformer
-from ..model_dir import load_checkpoint, model_dir_of
+from ..model_dir import check_replaceable, load_checkpoint, mark_folder, model_dir_of
 from .spec import check_expressible, import_ctranslate2, transformer_spec
 
-MARKER = "transformer-export.json"
+MARKER = marker_name("export")  # transformer-export.json
 FORMAT = "transformer/ctranslate2"
+# What an export made before the marker listed its files holds.
+MADE_BEFORE = {"model.bin", "config.json", "shared_vocabulary.json", "source_vocabulary.json",
+               "target_vocabulary.json", "tokenizer", MARKER}  # fmt: skip
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "bfloat16")
 
 
@@ -48,7 +54,7 @@ class ExportInfo:
 
 def is_export(path: Path) -> bool:
     """Whether ``path`` is a folder that ``transformer export`` wrote."""
-    return (path / MARKER).is_file()
+    return folder_kind(path) == "export"
 
 
 def read_export(path: Path) -> ExportInfo:
@@ -80,9 +86,15 @@ def save_model(
     spec.optimize(quantization=quantization)  # stores shared tables once, quantizes the weights
     spec.save(str(folder))
     tokenizers.save(folder)
-    info = {"format": FORMAT, "quantization": quantization, "source": source,
-            "config": config.to_dict(), "alignment_heads": model.config.n_heads}  # fmt: skip
-    write_json_atomic(folder / MARKER, info)
+    mark_export(folder, format=FORMAT, quantization=quantization, source=source,
+                config=config.to_dict(), alignment_heads=model.config.n_heads)  # fmt: skip
+
+
+def mark_export(folder: Path, **info: object) -> None:
+    """Marks ``folder`` as an export, listing the entries in it (the only ones a later export
+    may replace)."""
+    files = sorted({p.name for p in folder.iterdir()} | {MARKER})
+    mark_folder(folder, "export", **info, files=files)
 
 
 def export_model(
@@ -102,7 +114,7 @@ def export_model(
     if quantization not in QUANTIZATIONS:
         raise UserError(f"unknown --quantization {quantization!r}; choose from "
                         f"{', '.join(QUANTIZATIONS)}")  # fmt: skip
-    check_replaceable(out)
+    check_export_replaceable(out)
     loaded = load_checkpoint(Path(model_dir), checkpoint, "cpu")
     check_expressible(loaded.config.model)  # an RNN, say: refused before anything is written
     tokenizers = Tokenizers.load(model_dir_of(loaded.path))
@@ -111,14 +123,30 @@ def export_model(
     return ExportInfo(loaded.config, quantization, str(loaded.path))
 
 
-def check_replaceable(out: Path) -> None:
-    """OUT may be missing, an empty folder, or an earlier export; anything else is refused."""
+def check_export_replaceable(out: Path) -> None:
+    """OUT may be missing, an empty folder, or an earlier export holding only what it made;
+    anything else is refused."""
+    check_replaceable(out, "export", "OUT")
     if not out.exists() and not out.is_symlink():
         return
-    if not out.is_dir():
-        raise UserError(f"{out} exists and is not a folder; choose another OUT")
-    if any(out.iterdir()) and not is_export(out):
+    entries = {p.name for p in out.iterdir()}
+    if entries and not is_export(out):
         raise UserError(
             f"{out} is not empty and holds no earlier export ({MARKER}); nothing in it is "
             "replaced: choose a new or empty OUT"
         )
+    foreign = sorted(entries - _made(out))
+    if foreign:
+        raise UserError(
+            f"{out} holds {', '.join(foreign)}, which the earlier export did not make; nothing "
+            "in it is replaced: move them out of it, or choose another OUT"
+        )
+
+
+def _made(export: Path) -> set[str]:
+    """The entries an export made: listed in its marker, or those every export had before."""
+    try:
+        files = json.loads((export / MARKER).read_text(encoding="utf-8")).get("files")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        files = None
+    return set(files) if isinstance(files, list) else MADE_BEFORE

@@ -31,7 +31,7 @@ import torch
 
 from ..config import RunConfig
 from ..data.tokenizer import Tokenizers
-from ..export.folder import MARKER, check_replaceable
+from ..export.folder import check_export_replaceable, mark_export
 from ..files import built_aside, write_json_atomic
 from ..model_dir import WEIGHTS, model_dir_of, read_config, read_weights, resolve_checkpoint
 from ..vocab import BOS_ID
@@ -55,7 +55,7 @@ def export_huggingface(model_dir: str | Path, out: str | Path, checkpoint: str =
         the checkpoint folder it was exported from.
     """
     out = Path(out)
-    check_replaceable(out)
+    check_export_replaceable(out)
     folder = resolve_checkpoint(Path(model_dir), checkpoint)
     config = read_config(folder)
     check_exportable(config.model)
@@ -63,8 +63,7 @@ def export_huggingface(model_dir: str | Path, out: str | Path, checkpoint: str =
     state = read_weights(folder / WEIGHTS)
     with built_aside(out, "export") as staging:
         write_folder(staging, state, config, tokenizers)
-        write_json_atomic(staging / MARKER, {"format": FORMAT, "source": str(folder),
-                                             "config": config.to_dict()})  # fmt: skip
+        mark_export(staging, format=FORMAT, source=str(folder), config=config.to_dict())
     return folder
 
 

@@ -18,7 +18,8 @@ OUT becomes an ordinary model directory, so every command that takes MODEL_DIR w
 Everything is read and checked before anything is written: a wrong folder, a missing file, a
 config value or vocabulary size our model cannot take, or a damaged weights file is a one-line
 error and OUT is untouched. OUT is built in a hidden sibling folder and renamed into place; an
-existing OUT is refused unless it holds an earlier import (``check_replaceable``).
+existing OUT is refused unless it holds an earlier import (``check_import_replaceable``), and
+OUT may not lie inside another project folder (``model_dir.check_replaceable``).
 """
 
 from __future__ import annotations
@@ -34,16 +35,24 @@ from ..config import DataConfig, DecodeConfig, RunConfig
 from ..data.tokenizer import Tokenizers
 from ..data.vocab_tokenizer import VocabTokenizer
 from ..errors import BadValue, UserError
-from ..files import built_aside, write_json_atomic
+from ..files import built_aside, folder_kind, marker_name, write_json_atomic
 from ..model.embeddings import sinusoidal_table
 from ..model.transformer import Transformer
-from ..model_dir import CHECKPOINTS, CONFIG, WEIGHTS, model_state, update_index
+from ..model_dir import (
+    CHECKPOINTS,
+    CONFIG,
+    WEIGHTS,
+    check_replaceable,
+    mark_folder,
+    model_state,
+    update_index,
+)
 from .marian_config import MarianModel, model_config
 from .marian_vocab import Rows, ours_from_marian, read_vocab
 from .marian_weights import BIAS, LM_HEAD, POSITIONS, layer_names, table_names, take_rows
 from .tensor_files import WeightFile, write_safetensors
 
-MARKER = "transformer-import.json"
+MARKER = marker_name("import")  # transformer-import.json
 FORMAT = "transformer/marian-import"
 CHECKPOINT = "step_00000000"
 HUB_HINT = "pip install 'transformer[hub]' (or pip install huggingface_hub)"
@@ -71,13 +80,13 @@ class ImportInfo:
     config: RunConfig
 
 
-def check_replaceable(out: Path) -> None:
-    """OUT may be missing, an empty folder, or an earlier import (it has ``MARKER``)."""
+def check_import_replaceable(out: Path) -> None:
+    """OUT may be missing, an empty folder, or an earlier import (it has ``MARKER``), and lie
+    inside no other project folder."""
+    check_replaceable(out, "import", "OUT")
     if not out.exists() and not out.is_symlink():
         return
-    if not out.is_dir():
-        raise UserError(f"{out} exists and is not a folder; choose another OUT")
-    if any(out.iterdir()) and not (out / MARKER).is_file():
+    if any(out.iterdir()) and folder_kind(out) != "import":
         raise UserError(f"{out} is not empty and holds no earlier import ({MARKER}); nothing "
                         "in it is replaced: choose a new or empty OUT")  # fmt: skip
 
@@ -91,7 +100,7 @@ def import_marian(source: str, out: str | Path, **decode: object) -> ImportInfo:
         decode: DecodeConfig fields saved as the imported model's default search.
     """
     out = Path(out)
-    check_replaceable(out)
+    check_import_replaceable(out)
     folder = local_folder(source)
     marian = read_marian(folder)
     model, tokenizers = marian.model, marian.tokenizers
@@ -114,8 +123,8 @@ def import_marian(source: str, out: str | Path, **decode: object) -> ImportInfo:
         write_json_atomic(checkpoint / CONFIG, config.to_dict())
         update_index(staging / CHECKPOINTS, last=CHECKPOINT, best=CHECKPOINT)
         write_json_atomic(staging / CONFIG, config.to_dict())
-        write_json_atomic(staging / MARKER, {"format": FORMAT, "source": source,
-                                             "folder": str(folder.resolve())})  # fmt: skip
+        mark_folder(staging, "import", format=FORMAT, source=source,
+                    folder=str(folder.resolve()))  # fmt: skip
     return ImportInfo(source, out, config)
 
 

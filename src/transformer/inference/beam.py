@@ -41,11 +41,13 @@ from .constraints import SearchRules
 from .search import (
     Hypothesis,
     RunningBatch,
+    Stopped,
     evaluating,
     force_eos,
     gnmt_length_penalty,
     max_output_lengths,
     room_needed,
+    stopped_rows,
 )
 
 
@@ -56,6 +58,7 @@ def beam_search(
     use_cache: bool = True,
     prefix: Tensor | None = None,
     recorder: Callable[[BeamStep], None] | None = None,
+    stopped: Stopped | None = None,
 ) -> list[list[Hypothesis]]:
     """The ``nbest`` best hypotheses per sentence that a beam of ``beam_size`` finds.
 
@@ -71,13 +74,15 @@ def beam_search(
         prefix: (B, P) target ids each output must start with, right-padded with PAD_ID; their
             log-probabilities count in the score.
         recorder: called with every step's candidates (``beam_tree.BeamTree`` draws the tree).
+        stopped: whether nobody waits for sentence i any more: it ends at the next step, with
+            the hypotheses that have finished by then.
     Shape:
         returns B lists of up to ``nbest`` hypotheses, best score first, in the order of src_ids.
     """
     if config.nbest > config.beam_size:
         raise ValueError(f"need nbest <= beam_size, got {config.nbest} > {config.beam_size}")
     with evaluating(model):
-        return _beam_search(model, src_ids, config, use_cache, prefix, recorder)
+        return _beam_search(model, src_ids, config, use_cache, prefix, recorder, stopped)
 
 
 def _beam_search(
@@ -87,6 +92,7 @@ def _beam_search(
     use_cache: bool,
     prefix: Tensor | None,
     recorder: Callable[[BeamStep], None] | None,
+    stopped: Stopped | None,
 ) -> list[list[Hypothesis]]:
     """The search loop; see the module docstring."""
     B, device = src_ids.size(0), src_ids.device
@@ -143,6 +149,9 @@ def _beam_search(
         worst = [hyps[-1].score if len(hyps) >= nbest else float("-inf") for hyps in kept]
         reachable = _best_reachable(beam_log_probs, max_lens[running], step, alpha)  # (N,)
         done = at_limit | (reachable <= torch.tensor(worst, device=device))
+        left = stopped_rows(stopped, running)  # (N,) nobody waits for these any more
+        if left is not None:
+            done = done | left
         if done.any():
             alive = (~done).nonzero().squeeze(1)
             if alive.numel() == 0:

@@ -43,12 +43,15 @@ top K finished. What can differ:
   their probability out (the same tokens, log-probabilities higher by -log(1 - p_pad - p_bos)).
 For a trained model the last two are negligible; tests/test_export.py measures the first.
 
+Stopping. CTranslate2 cannot stop a ``translate_batch`` call half-way: a sentence whose caller
+left (``stopped``) before the call is not decoded, one that leaves during it is decoded to its
+end. (The torch engine stops such a sentence at its next step.)
+
 Shapes: B batch, S source length.
 """
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
@@ -63,6 +66,7 @@ import torch
 from ..config import DecodeConfig, RunConfig, RuntimeConfig
 from ..data.batching import pad
 from ..data.tokenizer import Tokenizers
+from ..device import check_threads, cores
 from ..errors import UserError
 from ..export.folder import is_export, read_export, save_model
 from ..export.spec import import_ctranslate2
@@ -70,7 +74,7 @@ from ..model.build import build_model, require_transformer
 from ..model_dir import load_checkpoint, model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .score import ScoreResult, score_with
-from .search import Hypothesis, gnmt_length_penalty, output_length_limits
+from .search import Hypothesis, Stopped, gnmt_length_penalty, output_length_limits
 from .translate import TranslationResult, check_no_padding, translate_with
 
 PATIENCE = 2.0  # beam search goes on until 2K hypotheses have finished (see above)
@@ -144,14 +148,16 @@ class CTranslate2Engine:
         sentences: list[str],
         decode: DecodeConfig | None = None,
         prefixes: list[str] | None = None,
+        stopped: Stopped | None = None,
     ) -> TranslationResult:
         """Translates ``sentences`` exactly as the torch engine's ``translate`` does, text-wise,
-        with ``decode`` (default: this engine's own search) and ``prefixes``."""
+        with ``decode`` (default: this engine's own search) and ``prefixes``; the sentences
+        already ``stopped`` are left out (see the module docstring)."""
         d = decode or self.decode
         limit = self.config.model.max_positions
         tokenizers = self._tokenizers_for(d)
-        return translate_with(lambda ids, forced: self.search_ids(ids, d, forced),
-                              tokenizers, sentences, limit, d, prefixes)  # fmt: skip
+        return translate_with(lambda ids, forced, left: self.search_ids(ids, d, forced, left),
+                              tokenizers, sentences, limit, d, prefixes, stopped)  # fmt: skip
 
     def _tokenizers_for(self, d: DecodeConfig) -> Tokenizers:
         """This engine's tokenizers, putting ``d.target_language``'s token before each source."""
@@ -180,6 +186,7 @@ class CTranslate2Engine:
         sentences: list[list[int]],
         decode: DecodeConfig | None = None,
         prefixes: list[list[int]] | None = None,
+        stopped: Stopped | None = None,
     ) -> list[list[Hypothesis]]:
         """Source ids (pieces + EOS), and target prefix ids ([] for none) -> up to ``nbest``
         hypotheses each, best first.
@@ -192,6 +199,12 @@ class CTranslate2Engine:
         limit, as in the torch engine. (One call per limit instead cut the batches into pieces:
         2.8x slower on Multi30k, where the limit is source length + 50.)
         """
+        if stopped is not None:  # those already stopped are left out; the call cannot stop
+            keep = [i for i in range(len(sentences)) if not stopped(i)]
+            forced = [prefixes[i] for i in keep] if prefixes else None
+            kept = self.search_ids([sentences[i] for i in keep], decode, forced)
+            found = dict(zip(keep, kept, strict=True))
+            return [found.get(i, []) for i in range(len(sentences))]
         d = decode or self.decode
         heads = self.config.model.n_heads
         if d.alignment and self.alignment_heads not in (None, heads):
@@ -286,12 +299,18 @@ def load_ctranslate2(
     (int8_bfloat16 / int8_float16 for an int8 export).
     """
     ct2 = import_ctranslate2()
+    check_threads(runtime.threads)
     path = Path(model_dir)
     heads = None  # a model converted here averages every head
     if is_export(path):
         info = read_export(path)
         tokenizers, config, heads = Tokenizers.load(path), info.config, info.alignment_heads
-        model = _ct2_model(ct2, path, runtime, info.quantization)
+        try:
+            model = _ct2_model(ct2, path, runtime, info.quantization)
+        except (RuntimeError, ValueError, OSError) as error:  # a damaged or incomplete export
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
+            raise UserError(f"{path}: CTranslate2 cannot load this export ({reason}); export "
+                            "the model again") from None  # fmt: skip
     else:
         with _torch_on_one_thread():
             loaded = load_checkpoint(path, checkpoint, "cpu")
@@ -337,7 +356,7 @@ def _ct2_model(ct2: Any, folder: Path, runtime: RuntimeConfig, quantization: str
     # On a CPU, batches in parallel on one thread each: on the 2-core machine, int8 beam 4 over
     # Multi30k's test2016 took 2.7 s with inter_threads=2 against 4.6 s with intra_threads=2.
     threads = (
-        {"inter_threads": runtime.threads or _cores(), "intra_threads": 1}
+        {"inter_threads": runtime.threads or cores(), "intra_threads": 1}
         if device == "cpu"
         else {"intra_threads": runtime.threads}
     )
@@ -348,10 +367,3 @@ def _ct2_model(ct2: Any, folder: Path, runtime: RuntimeConfig, quantization: str
     # torch's too: without this, torch ran on one thread for the rest of the process.
     torch.set_num_threads(torch_threads)
     return model
-
-
-def _cores() -> int:
-    """The CPU cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):  # Linux
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1

@@ -23,6 +23,7 @@ from ..errors import UserError
 from ..model.build import Seq2Seq
 from ..model_dir import load_checkpoint, model_dir_of
 from .score import ScoreResult, score_ids, score_with
+from .search import Stopped
 from .translate import TranslationResult, translate
 
 
@@ -55,13 +56,16 @@ class TorchEngine:
         sentences: list[str],
         decode: DecodeConfig | None = None,
         prefixes: list[str] | None = None,
+        stopped: Stopped | None = None,
     ) -> TranslationResult:
         """Translates with the torch model, in the runtime's precision, with ``decode`` (default:
         this engine's own search); ``prefixes`` (one per sentence, "" for none) start the
-        outputs."""
+        outputs; ``stopped(i)``: nobody waits for sentence i any more, its search ends at the
+        next step."""
         d = decode or self.decode
         with self.precision():
-            return translate(self.model, self._tokenizers_for(d), sentences, d, prefixes)
+            tokenizers = self._tokenizers_for(d)
+            return translate(self.model, tokenizers, sentences, d, prefixes, stopped)
 
     def _tokenizers_for(self, d: DecodeConfig) -> Tokenizers:
         """This engine's tokenizers, putting ``d.target_language``'s token before each source."""
@@ -106,6 +110,7 @@ class Engine(Protocol):
         sentences: list[str],
         decode: DecodeConfig | None = None,
         prefixes: list[str] | None = None,
+        stopped: Stopped | None = None,
     ) -> TranslationResult: ...
 
     def score(

@@ -22,10 +22,12 @@ from .constraints import SearchRules, nucleus
 from .search import (
     Hypothesis,
     RunningBatch,
+    Stopped,
     evaluating,
     force_eos,
     max_output_lengths,
     room_needed,
+    stopped_rows,
 )
 
 
@@ -36,6 +38,7 @@ def _search_one_path(
     config: DecodeConfig,
     use_cache: bool,
     prefix: Tensor | None,
+    stopped: Stopped | None = None,
 ) -> list[Hypothesis]:
     """Greedy search and sampling: one hypothesis per sentence, next token = pick(log_probs)."""
     if src_ids.size(0) == 0:
@@ -53,6 +56,10 @@ def _search_one_path(
         next_tokens = pick(log_probs)  # (N,)
         log_prob = log_prob + log_probs.gather(1, next_tokens[:, None]).squeeze(1)
         done = next_tokens == EOS_ID  # (N,)
+        left = stopped_rows(stopped, running)  # (N,) nobody waits for these any more
+        if left is not None and left.any():
+            log_prob = log_prob.masked_fill(left, float("-inf"))  # unfinished: no score
+            done = done | left
         if done.any():
             rows = done.nonzero().squeeze(1)
             tokens = batch.tokens[rows, 1:].tolist()  # drop BOS; EOS was never appended
@@ -74,6 +81,7 @@ def greedy_search(
     config: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     use_cache: bool = True,
     prefix: Tensor | None = None,
+    stopped: Stopped | None = None,
 ) -> list[Hypothesis]:
     """The most likely next token at every step, until EOS.
 
@@ -85,12 +93,13 @@ def greedy_search(
         use_cache: decode incrementally with the key/value cache (False: re-run the prefix).
         prefix: (B, P) target ids each output must start with, right-padded with PAD_ID; the
             search continues from them, and their log-probabilities count in the score.
+        stopped: whether nobody waits for sentence i any more (it ends at the next step).
     Shape:
         returns B hypotheses, in the order of src_ids; score = log_prob.
     """
     with evaluating(model):
         return _search_one_path(
-            model, src_ids, lambda lp: lp.argmax(dim=-1), config, use_cache, prefix
+            model, src_ids, lambda lp: lp.argmax(dim=-1), config, use_cache, prefix, stopped
         )
 
 
@@ -101,6 +110,7 @@ def sample(
     generator: torch.Generator | None = None,
     use_cache: bool = True,
     prefix: Tensor | None = None,
+    stopped: Stopped | None = None,
 ) -> list[Hypothesis]:
     """Draws each next token from the model's distribution, sharpened or flattened.
 
@@ -128,4 +138,4 @@ def sample(
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (N,)
 
     with evaluating(model):
-        return _search_one_path(model, src_ids, pick, config, use_cache, prefix)
+        return _search_one_path(model, src_ids, pick, config, use_cache, prefix, stopped)

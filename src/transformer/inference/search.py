@@ -15,7 +15,9 @@ Shared rules of every search:
   on every step's scores;
 - a sentence that has finished leaves the running batch (``cache.keep``), so later steps only
   pay for the sentences still being decoded;
-- the model runs under ``torch.inference_mode()`` in eval mode; its train/eval mode is restored.
+- the model runs under ``torch.inference_mode()`` in eval mode; its train/eval mode is restored;
+- a sentence nobody waits for any more (``stopped``: a server's client left) ends at the next
+  step, like a finished one, with what it has so far (greedy: scored -inf) or none.
 
 The searches (``greedy.py``, ``beam.py``; ``translate.py`` chooses among them) use only
 ``model.encode``, ``model.decode``, ``model.new_cache`` and ``model.log_probs`` (plus
@@ -28,7 +30,7 @@ V target vocabulary.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -37,6 +39,22 @@ from torch import Tensor, nn
 
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .constraints import SearchRules
+
+Stopped = Callable[[int], bool]  # whether nobody waits for sentence i (of a batch) any more
+
+
+def within(stopped: Stopped | None, indices: list[int]) -> Stopped | None:
+    """``stopped`` for a subset of the sentences: sentence j of the subset is ``indices[j]``."""
+    return None if stopped is None else lambda j: stopped(indices[j])
+
+
+def stopped_rows(stopped: Stopped | None, running: Tensor) -> Tensor | None:
+    """(N,) True for the running sentences (``running``: their indices) nobody waits for any
+    more; None when nobody watches (``stopped`` is None)."""
+    if stopped is None:
+        return None
+    gone = [stopped(i) for i in running.tolist()]
+    return torch.tensor(gone, dtype=torch.bool, device=running.device)
 
 
 @dataclass

@@ -11,7 +11,9 @@ lines were, so the command line can warn: never a silent change, never a crash m
 Empty sentences translate to empty strings without running the model. ``translate_with`` does
 this around any engine's search (ours, or CTranslate2's in ``ctranslate2.py``), so every
 engine treats lines alike; it also tokenizes target prefixes (``constraints.py``) and turns
-attention into word alignments (``alignment.py``).
+attention into word alignments (``alignment.py``). Every layer passes on ``stopped``
+(search.py), so that a server stops decoding the sentences of a client that left: a batch of
+them only is not decoded at all.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ from ..vocab import PAD_ID
 from .alignment import attach_attention, word_alignment
 from .beam import beam_search
 from .greedy import greedy_search, sample
-from .search import Hypothesis
+from .search import Hypothesis, Stopped, within
 
-# (source ids, target prefix ids or None) -> hypotheses per sentence
-SearchIds = Callable[[list[list[int]], list[list[int]] | None], list[list[Hypothesis]]]
+# (source ids, target prefix ids or None, which of them nobody waits for any more) ->
+# hypotheses per sentence
+SearchIds = Callable[
+    [list[list[int]], list[list[int]] | None, Stopped | None], list[list[Hypothesis]]
+]
 
 
 def translate_ids(
@@ -45,6 +50,7 @@ def translate_ids(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
     prefixes: list[list[int]] | None = None,
+    stopped: Stopped | None = None,
 ) -> list[list[Hypothesis]]:
     """Decodes many source sentences, in batches of similar length, as ``config`` says.
 
@@ -58,17 +64,18 @@ def translate_ids(
             ``max_source_tokens`` padded source tokens per batch (a longer sentence goes alone).
         generator: the random source for sampling.
         prefixes: per sentence, the target ids its output must start with ([]: none).
+        stopped: whether nobody waits for sentence i any more (search.py): it ends early.
     Shape:
         returns one list of up to ``nbest`` hypotheses per sentence, best score first.
     """
     device = next(iter(model.parameters()), torch.empty(0)).device  # CPU for a parameterless stub
 
-    def run(indices: list[int]) -> list[list[Hypothesis]]:
+    def run(indices: list[int], left: Stopped | None) -> list[list[Hypothesis]]:
         src_ids = pad([sentences[i] for i in indices], device)  # (B, S)
         prefix = pad([prefixes[i] for i in indices], device) if prefixes else None  # (B, P)
-        return search(model, src_ids, config, use_cache, generator, prefix)
+        return search(model, src_ids, config, use_cache, generator, prefix, left)
 
-    return in_length_batches(sentences, config, run)
+    return in_length_batches(sentences, config, run, stopped)
 
 
 def check_no_padding(sentences: list[list[int]]) -> None:
@@ -81,7 +88,8 @@ def check_no_padding(sentences: list[list[int]]) -> None:
 def in_length_batches(
     sentences: list[list[int]],
     config: DecodeConfig,
-    run: Callable[[list[int]], list[list[Hypothesis]]],
+    run: Callable[[list[int], Stopped | None], list[list[Hypothesis]]],
+    stopped: Stopped | None = None,
 ) -> list[list[Hypothesis]]:
     """Runs ``run`` on batches of sentences of similar length; results in input order.
 
@@ -90,7 +98,10 @@ def in_length_batches(
     Args:
         sentences: source ids (pieces + EOS), no PAD_ID.
         config: ``batch_size`` and ``max_source_tokens`` bound each batch.
-        run: decodes one batch (the indices of its sentences) into hypotheses per sentence.
+        run: decodes one batch (the indices of its sentences, and ``stopped`` for them) into
+            hypotheses per sentence.
+        stopped: whether nobody waits for sentence i any more; such a sentence gets no
+            hypotheses, and is not decoded at all if it is stopped before its batch starts.
     """
     check_no_padding(sentences)
     lengths = [len(ids) for ids in sentences]
@@ -99,9 +110,12 @@ def in_length_batches(
     results: dict[int, list[Hypothesis]] = {}
     batches = length_batches(widths, None, order, config.max_source_tokens, config.batch_size)
     for indices in (batch.tolist() for batch in batches):
-        found = run(indices)
-        results.update(zip(indices, found, strict=True))
-    return [results[i] for i in range(len(sentences))]
+        if stopped is not None:
+            indices = [i for i in indices if not stopped(i)]
+        if indices:
+            found = run(indices, within(stopped, indices))
+            results.update(zip(indices, found, strict=True))
+    return [results.get(i, []) for i in range(len(sentences))]
 
 
 def search(
@@ -111,6 +125,7 @@ def search(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
     prefix: Tensor | None = None,
+    stopped: Stopped | None = None,
 ) -> list[list[Hypothesis]]:
     """One batch (B, S) through the search that the config asks for: sampling (``nbest``
     samples per sentence), greedy search (``beam_size`` 1) or beam search; ``prefix`` (B, P),
@@ -120,12 +135,13 @@ def search(
         n = config.nbest
         repeated = src_ids.repeat_interleave(n, dim=0)  # (B·n, S): n samples per sentence
         prefixes = prefix.repeat_interleave(n, dim=0) if prefix is not None else None  # (B·n, P)
-        drawn = sample(model, repeated, config, generator, use_cache, prefixes)
+        per_row = within(stopped, [r // n for r in range(repeated.size(0))])
+        drawn = sample(model, repeated, config, generator, use_cache, prefixes, per_row)
         found = [sorted(drawn[i : i + n], key=lambda h: -h.score) for i in range(0, len(drawn), n)]
     elif config.beam_size == 1:
-        found = [[hyp] for hyp in greedy_search(model, src_ids, config, use_cache, prefix)]
+        found = [[h] for h in greedy_search(model, src_ids, config, use_cache, prefix, stopped)]
     else:
-        found = beam_search(model, src_ids, config, use_cache, prefix)
+        found = beam_search(model, src_ids, config, use_cache, prefix, stopped=stopped)
     if config.alignment:
         attach_attention(model, src_ids, found)
     return found
@@ -155,17 +171,19 @@ def translate(
     sentences: list[str],
     decode: DecodeConfig,
     prefixes: list[str] | None = None,
+    stopped: Stopped | None = None,
 ) -> TranslationResult:
     """Translates ``sentences`` (any number; batched by length inside) with the torch model;
-    ``prefixes``, one per sentence ("" for none), start the outputs."""
+    ``prefixes``, one per sentence ("" for none), start the outputs; ``stopped(i)``: nobody
+    waits for sentence i any more (its translation is cut short)."""
 
     def search_ids(
-        ids: list[list[int]], prefix_ids: list[list[int]] | None
+        ids: list[list[int]], prefix_ids: list[list[int]] | None, left: Stopped | None
     ) -> list[list[Hypothesis]]:
-        return translate_ids(model, ids, decode, prefixes=prefix_ids)
+        return translate_ids(model, ids, decode, prefixes=prefix_ids, stopped=left)
 
     return translate_with(search_ids, tokenizers, sentences, model.config.max_positions, decode,
-                          prefixes)  # fmt: skip
+                          prefixes, stopped)  # fmt: skip
 
 
 def translate_with(
@@ -175,6 +193,7 @@ def translate_with(
     max_positions: int,
     decode: DecodeConfig,
     prefixes: list[str] | None = None,
+    stopped: Stopped | None = None,
 ) -> TranslationResult:
     """Text in, text out around any engine's ``search_ids`` (source ids, prefix ids ->
     hypotheses).
@@ -213,7 +232,7 @@ def translate_with(
     empty = [] if decode.alignment else None
     nbest: list[list[Translation]] = [[Translation("", 0.0, [], empty)] for _ in sentences]
     if ids:
-        found = search_ids(ids, prefix_ids if any(prefix_ids) else None)
+        found = search_ids(ids, prefix_ids if any(prefix_ids) else None, within(stopped, todo))
         for i, source, hypotheses in zip(todo, ids, found, strict=True):
             nbest[i] = [_translation(h, source, tokenizers, decode.alignment) for h in hypotheses]
     return TranslationResult(nbest, truncated)

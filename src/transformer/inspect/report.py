@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import atomic_write
 from ..model.transformer import AttentionMaps
 from .visualize import (
     KIND_TITLES,
@@ -151,5 +152,6 @@ def write_html_report(
     parts.append("</body></html>")
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(parts), encoding="utf-8")
+    with atomic_write(out) as f:
+        f.write("\n".join(parts))
     return out

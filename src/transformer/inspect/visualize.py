@@ -27,6 +27,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from ..errors import BadValue
+from ..files import atomic_write
 from ..model.embeddings import sinusoidal_table
 from ..model.transformer import AttentionMaps
 
@@ -221,7 +222,8 @@ def _save(fig: Figure, out_dir: str | Path, stem: str, dpi: int) -> list[Path]:
     # SVG text stays text (selectable, and faster to write than one path per glyph).
     with rc_context({"svg.fonttype": "none"}):
         for path in paths:
-            fig.savefig(path, dpi=dpi)
+            with atomic_write(path, "wb") as f:  # never half a figure, never through a device
+                fig.savefig(f, format=path.suffix[1:], dpi=dpi)
     fig.clear()  # free the artists now rather than at the next garbage collection
     return paths
 

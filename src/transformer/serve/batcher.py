@@ -12,8 +12,11 @@ Only the worker touches the model, so inference never runs concurrently on share
 key/value caches, autocast, torch's threads, or CTranslate2's model). Other work on the
 model (attention maps) goes through the same queue, as a job of its own (``call``).
 
-A job whose caller stopped waiting (a timed-out request) before the worker reached it is
-skipped; ``close`` stops taking jobs, finishes every job already queued, and ends the worker.
+A job whose caller has gone (its client disconnected, or its request timed out) is
+``abandon``-ed: taken out of the queue if the worker has not reached it, else its sentences stop
+being decoded at the search's next step (``stopped``, inference/search.py; the ctranslate2
+engine cannot stop a call half-way and finishes it). ``close`` stops taking jobs, finishes every
+job already queued, and ends the worker.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class _Job:
     prefixes: list[str] | None = None  # one per sentence, or None
     future: Future = field(default_factory=Future)
     call: Callable[[], Any] | None = None
+    abandoned: bool = False  # its caller has gone: stop decoding its sentences
 
 
 class Batcher:
@@ -78,6 +82,7 @@ class Batcher:
         self.max_wait = max_wait_ms / 1000
         self.max_queue = max_queue
         self._queue: deque[_Job] = deque()
+        self._running: list[_Job] = []  # the jobs of the round the worker is decoding
         self._queued_sentences = 0
         self._in_flight = 0  # submitted and not yet answered
         self._closing = False
@@ -99,6 +104,20 @@ class Batcher:
     def call(self, function: Callable[[], Any]) -> Future:
         """Runs ``function`` on the worker (alone, in queue order); the Future gets its result."""
         return self._submit(_Job([""], None, 0, call=function))
+
+    def abandon(self, future: Future) -> None:
+        """The caller of ``future`` has gone: its job leaves the queue, or, if the worker is
+        decoding it, its sentences stop at the search's next step."""
+        with self._lock:
+            for job in self._queue:
+                if job.future is future:
+                    self._queue.remove(job)
+                    self._queued_sentences -= len(job.sentences)
+                    future.cancel()
+                    return
+            for job in self._running:
+                if job.future is future:
+                    job.abandoned = True
 
     @property
     def in_flight(self) -> int:
@@ -155,6 +174,7 @@ class Batcher:
                     return None
                 self._lock.wait()
             jobs = [self._queue.popleft()]
+            self._running = jobs  # filled in place: ``abandon`` finds the jobs taken so far
             tokens = jobs[0].tokens
             deadline = time.monotonic() + self.max_wait
             while jobs[0].call is None and tokens < self.batch_tokens:
@@ -178,8 +198,10 @@ class Batcher:
         prefixes = None
         if any(job.prefixes for job in group):
             prefixes = [p for job in group for p in job.prefixes or [""] * len(job.sentences)]
+        owner = [job for job in group for _ in job.sentences]
         try:
-            result = self.engine.translate(sentences, decode, prefixes)
+            result = self.engine.translate(sentences, decode, prefixes,
+                                           lambda i: owner[i].abandoned)  # fmt: skip
         except Exception as error:  # a bug: every caller hears of it, the worker goes on
             log.exception("translating a batch of %d sentences failed", len(sentences))
             for job in group:

@@ -2,7 +2,8 @@
 
 Not part of a run: it is never saved with a checkpoint, and only the ``serve`` command takes it
 (``--serve.port 8080``, or ``--port 8080`` for short). Every limit is answered with a JSON 4xx
-error naming it (``serve/app.py``).
+error naming it (``serve/app.py``), but ``idle_timeout``, which closes the connection
+(``serve/server.py``); docs/serving-limits.md has what each costs a client and what it saves.
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ class ServeConfig:
     """Sentences waiting to be translated; a request that would exceed it: 429."""
     timeout: float = 30.0
     """Seconds a request may wait for its translations; longer: 504."""
+    max_cost: int = 65_536
+    """Largest decoding work of one request: output tokens it may ask for, summed over its
+    sentences, times beam (or samples); more: 422."""
+    body_timeout: float = 10.0
+    """Seconds a request's body may take to arrive once its headers have; longer: 408."""
+    idle_timeout: float = 5.0
+    """Seconds a connection may stay open without a complete request (after it opens, or after
+    its last answer); then it is closed."""
     max_wait_ms: float = 5.0
     """How long the worker waits for more requests to decode together (milliseconds)."""
     batch_tokens: int = 4096
@@ -49,7 +58,7 @@ class ServeConfig:
         check_types(self)
         check_finite(self)
         check_positive(self, "max_body_bytes", "max_sentences", "max_chars", "max_beam",
-                       "max_queue", "batch_tokens")  # fmt: skip
+                       "max_queue", "batch_tokens", "max_cost")  # fmt: skip
         if not self.host.strip():
             raise BadValue("ServeConfig.host must be an address, got an empty string")
         if not 0 <= self.port <= 65535:
@@ -60,6 +69,11 @@ class ServeConfig:
             raise BadValue(
                 f"ServeConfig.timeout must be in (0, 3600] seconds, got {self.timeout!r}"
             )
+        for name in ("body_timeout", "idle_timeout"):
+            if not 0 < getattr(self, name) <= 3600:
+                raise BadValue(
+                    f"ServeConfig.{name} must be in (0, 3600] seconds, got {getattr(self, name)!r}"
+                )
         if not 0 <= self.max_wait_ms <= 10_000:
             raise BadValue(
                 f"ServeConfig.max_wait_ms must be in [0, 10000], got {self.max_wait_ms!r}"

@@ -1,16 +1,24 @@
-"""Two ASGI middlewares around the app: the request-body limit and the access log.
+"""Three ASGI middlewares around the app: the request body's limits, HEAD, and the access log.
 
 ``BodyLimit`` reads the body before the app sees it, up to ``max_bytes``: a larger body (by its
-Content-Length, or by what arrives) is answered 413 at once, with the API's JSON error.
+Content-Length, or by what arrives) is answered 413 at once, and a body that has not arrived
+within ``timeout`` seconds (``serve.body_timeout``: one byte a second is not a client, it is a
+held connection) 408, both with the API's JSON error and ``Connection: close``.
+
+``HeadAsGet`` answers HEAD wherever GET works: the GET route runs and its body is dropped
+(RFC 9110 §9.3.2: the same headers as GET, no content).
 
 ``AccessLog`` writes one JSON line per request to the ``transformer.serve.access`` logger:
 time, client, method, path, status and milliseconds, plus what the endpoint put in
 ``request.state.log`` (sentence and character counts; the sentences themselves only if the
-server was started with ``--serve.log_text``). The request text is not logged by default.
+server was started with ``--serve.log_text``). The request text is not logged by default. A
+client that disconnects before any answer is logged with status 499 (nginx's "client closed
+request"), not as a server error.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -36,12 +44,17 @@ async def send_json(send: Send, status: int, body: dict, headers: dict[str, str]
     await send({"type": "http.response.body", "body": payload})
 
 
-class BodyLimit:
-    """Answers 413 to a request whose body is larger than ``max_bytes``."""
+CLIENT_GONE = 499  # nginx's status for a request whose client closed the connection
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+
+class BodyLimit:
+    """Answers 413 to a request whose body is larger than ``max_bytes``, and 408 to one whose
+    body has not arrived within ``timeout`` seconds."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -52,8 +65,13 @@ class BodyLimit:
             await self._too_large(send, int(declared))
             return
         chunks, size, more = [], 0, True
+        deadline = time.monotonic() + self.timeout
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - time.monotonic())
+            except asyncio.TimeoutError:
+                await self._too_slow(send, size)
+                return
             if message["type"] == "http.disconnect":
                 return  # the client left before sending its body
             chunks.append(message.get("body", b""))
@@ -78,7 +96,36 @@ class BodyLimit:
             f"the request body has {qualifier}{size} bytes; this server accepts at most "
             f"{self.max_bytes} (serve.max_body_bytes)"
         )
-        await send_json(send, 413, {"error": "body_too_large", "message": message})
+        await send_json(send, 413, {"error": "body_too_large", "message": message}, _CLOSE)
+
+    async def _too_slow(self, send: Send, size: int) -> None:
+        message = (
+            f"the request body did not arrive within {self.timeout:g} s ({size} bytes came; "
+            f"serve.body_timeout)"
+        )
+        await send_json(send, 408, {"error": "body_timeout", "message": message}, _CLOSE)
+
+
+_CLOSE = {"Connection": "close"}  # the rest of the body is not read: the connection ends
+
+
+class HeadAsGet:
+    """HEAD wherever GET works: the request goes to the app as GET, its body is dropped."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
 
 
 class AccessLog:
@@ -92,16 +139,25 @@ class AccessLog:
             await self.app(scope, receive, send)
             return
         start, status = time.perf_counter(), 500  # 500 unless the app answers
+        started = gone = False
 
         async def watched(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, started = message["status"], True
             await send(message)
 
+        async def listened() -> Message:
+            nonlocal gone
+            message = await receive()
+            gone = gone or (message["type"] == "http.disconnect" and not started)
+            return message
+
         try:
-            await self.app(scope, receive, watched)
+            await self.app(scope, listened, watched)
         finally:
+            if gone and not started:  # left before any answer: not the server's failure
+                status = CLIENT_GONE
             client = scope.get("client") or ("-", 0)
             line = {
                 "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),

@@ -5,6 +5,12 @@ loopback without an API key, and an address or port that cannot be listened on (
 this machine's). The socket is bound here and handed to uvicorn, so ``--port 0`` works: the
 port the system chose is in the line printed on stderr.
 
+A connection that holds no complete request ``serve.idle_timeout`` seconds after it opened or
+after its last answer is closed (``_closing_idle``): uvicorn's own keep-alive timer starts only
+after a first answer and starts again at every byte, so a client that connected and sent
+nothing, or sent its headers a byte at a time, was held for as long as it liked. The body has
+its own limit, ``serve.body_timeout`` (middleware.py).
+
 SIGTERM or Ctrl-C stops the server gracefully: uvicorn stops accepting connections, waits for
 the requests in flight to be answered, then the app's shutdown finishes what the worker still
 has queued; the process exits 0.
@@ -12,6 +18,7 @@ has queued; the process exits 0.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -21,6 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+
+import uvicorn
 
 from ..config import RuntimeConfig
 from ..errors import UserError
@@ -45,8 +54,6 @@ def serve(
         decode: DecodeConfig fields on top of the model's own: the default search.
         engine: ``torch`` (ours) or ``ctranslate2`` (inference/engine.py).
     """
-    import uvicorn
-
     from .app import create_app
 
     config = with_api_key(config, os.environ)
@@ -57,10 +64,7 @@ def serve(
     except BaseException:
         listener.close()
         raise
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
-                       timeout_graceful_shutdown=int(config.timeout) + 5)
-    )  # fmt: skip
+    server = uvicorn.Server(uvicorn_config(app, config))
     host, port = listener.getsockname()[:2]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     key = "an API key required" if config.api_key else "no API key"
@@ -101,6 +105,43 @@ def listen(host: str, port: int) -> socket.socket:
         raise UserError(f"cannot listen on {host} port {port}: {error.strerror or error}") from None
     sock.set_inheritable(True)
     return sock
+
+
+def uvicorn_config(app: object, config: ServeConfig) -> uvicorn.Config:
+    """How uvicorn runs ``app``: our access log instead of its own, a graceful shutdown that
+    lets the requests in flight finish, and connections closed when idle (``_closing_idle``)."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    return uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
+                          timeout_graceful_shutdown=int(config.timeout) + 5,
+                          http=_closing_idle(AutoHTTPProtocol),
+                          timeout_keep_alive=config.idle_timeout)  # fmt: skip
+
+
+def _closing_idle(protocol: type) -> type:
+    """uvicorn's HTTP ``protocol`` closing a connection that has no complete request within its
+    keep-alive timeout (``serve.idle_timeout``) of opening or of its last answer."""
+
+    class ClosingIdle(protocol):  # type: ignore[misc, valid-type]
+        def connection_made(self, transport: asyncio.Transport) -> None:
+            super().connection_made(transport)
+            self._idle = self.loop.call_later(self.timeout_keep_alive, self._close_if_idle)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._idle.cancel()
+            self._idle = self.loop.call_later(self.timeout_keep_alive, self._close_if_idle)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._idle.cancel()
+            super().connection_lost(exc)
+
+        def _close_if_idle(self) -> None:
+            waiting = self.cycle is None or self.cycle.response_complete  # no request under way
+            if waiting and not self.transport.is_closing():
+                self.transport.close()
+
+    return ClosingIdle
 
 
 @contextmanager

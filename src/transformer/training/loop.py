@@ -36,7 +36,14 @@ from ..data.batching import example_lengths
 from ..device import autocast, grad_scaler, prepare_runtime
 from ..errors import Interrupted, LostContact
 from ..model.build import build_model
-from ..model_dir import WEIGHTS, load_weights, resolve_checkpoint, save_checkpoint, update_index
+from ..model_dir import (
+    WEIGHTS,
+    check_replaceable,
+    load_weights,
+    resolve_checkpoint,
+    save_checkpoint,
+    update_index,
+)
 from .checkpoint import load_trainer_state, prune_checkpoints, resume_point
 from .distributed import World, finish, init, shard, world_from_env
 from .divergence import Divergence
@@ -143,6 +150,7 @@ def _prepare_and_run(
     world: World, device: torch.device,
 ) -> TrainResult:  # fmt: skip
     """Rank 0: under the run's lock, validate and prepare everything, then train."""
+    check_replaceable(run.root, "run")  # before the lock file: OUT may lie inside another run
     with run.locked():
         run.recover()
         run.check_start(resume, overwrite)

@@ -226,6 +226,7 @@ def _say_what_was_left_out(stats: dict, config: RunConfig, max_len: int, resume:
 def save(prepared: Prepared, run: RunDir, scratch: Path) -> None:
     """Writes the tokenizers and the completed config into the run's folder, and moves the
     binarized training set there from ``scratch`` (its memory maps stay valid)."""
+    run.mark()
     prepared.tokenizers.save(run.root)
     run.adopt_data(scratch)
     run.save_config(prepared.config.to_dict())

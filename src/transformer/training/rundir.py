@@ -8,12 +8,15 @@
     OUT/data/train/      the binarized training set (data/binarized.py)
     OUT/.lock            held (flock) by the training that writes into OUT
     OUT/.staging/        a new run that --overwrite builds aside, swapped in at its first checkpoint
+    OUT/transformer-run.json   the marker that says OUT is a run (model_dir.mark_folder)
 
-Nothing a user has is lost: a training takes the lock before it looks at anything, validates
-everything before it writes anything, and ``--overwrite`` builds the new run in ``.staging``
-while the old one stays in place. Only once the new run has a checkpoint are the entries swapped,
-with a marker file that lets the next start finish a swap that a crash interrupted. Other files
-in OUT are never touched.
+Nothing a user has is lost: OUT may not lie inside another project folder nor be one of another
+kind (``model_dir.check_replaceable``), a training takes the lock before it looks at anything,
+validates everything before it writes anything, and ``--overwrite`` builds the new run in
+``.staging`` while the old one stays in place. Only once the new run has a checkpoint are the
+entries swapped, with a marker file that lets the next start finish a swap that a crash
+interrupted. Only a run's own entries are ever replaced: a folder that holds one of them
+without being a run is refused, and other files in OUT are never touched.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ from pathlib import Path
 from ..config import RunConfig, build_config
 from ..data.tokenizer import TOKENIZER_DIR
 from ..errors import UserError
-from ..files import fsync_dir, write_json_atomic
-from ..model_dir import CHECKPOINTS, CONFIG, step_checkpoints
+from ..files import folder_kind, fsync_dir, marker_name, write_json_atomic
+from ..model_dir import CHECKPOINTS, CONFIG, mark_folder, step_checkpoints
 from .checkpoint import clean_checkpoints
 
 log = logging.getLogger(__name__)
@@ -47,7 +50,8 @@ class RunDir:
     TENSORBOARD = "tensorboard"
     CHECKPOINTS = CHECKPOINTS
     DATA = "data"
-    ENTRIES = (CONFIG, TOKENIZER, METRICS, TENSORBOARD, CHECKPOINTS, DATA)  # what a run owns
+    MARKER = marker_name("run")
+    ENTRIES = (CONFIG, TOKENIZER, METRICS, TENSORBOARD, CHECKPOINTS, DATA, MARKER)  # a run's own
     SCRATCH = ".tmp-data"  # a binarized dataset being made, before the run adopts it
     LOCK = ".lock"
     STAGING = ".staging"
@@ -100,8 +104,8 @@ class RunDir:
         os.rename(scratch, self.data)
 
     def has_run(self) -> bool:
-        """Whether a training has written its config or a checkpoint here."""
-        return self.config.exists() or self.checkpoints.exists()
+        """Whether this folder is a training run (its marker, or the layout of an older run)."""
+        return folder_kind(self.root) == "run"
 
     def has_checkpoint(self) -> bool:
         return bool(step_checkpoints(self.checkpoints))
@@ -120,6 +124,13 @@ class RunDir:
         """Refuses a start that could lose a run, with the way out in the message."""
         if resume and overwrite:
             raise UserError("--resume and --overwrite contradict each other; choose one")
+        if not self.has_run():
+            taken = [name for name in self.ENTRIES if (self.root / name).exists()]
+            if taken:
+                raise UserError(
+                    f"{self.root} is not a training run but holds {', '.join(taken)}, which a "
+                    "run would replace; nothing in it is touched: choose another --out"
+                )
         if resume or overwrite or not self.has_run():
             return
         if self.has_checkpoint():
@@ -229,6 +240,11 @@ class RunDir:
             removed = clean_checkpoints(self.checkpoints)
             if removed:
                 log.warning(f"removed unfinished folders in {self.checkpoints}: {removed}")
+
+    def mark(self) -> None:
+        """Makes this folder a run (its marker): written before any of the run's entries, so
+        that a start interrupted half-way leaves a run that ``--overwrite`` may replace."""
+        mark_folder(self.root, "run")
 
     def save_config(self, values: dict) -> None:
         write_json_atomic(self.config, values)

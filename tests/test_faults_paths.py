@@ -1,0 +1,311 @@
+"""Fault cases of the paths a command writes and the limits it checks, through the real command
+line (``python -m transformer``): each asserts the exit code, a single stderr line without a
+traceback naming the value at fault, and that every file the user had is byte-identical.
+
+D1-D9 are the defects a held-out probe of a fresh clone found: section config files (D1), a
+YAML section that is not a mapping (D2), outputs that are devices, FIFOs or links (D3), outputs
+inside the model being read (D4), ``--overwrite`` over another kind of folder (D5), a run
+inside another run (D6), an export over a user's files and evaluate's default output (D7),
+absurd thread counts (D8) and a closed standard input (D9).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from transformer.config import ModelConfig
+from transformer.inspect.info import parameter_count, parameter_table
+from transformer.model import Transformer
+from transformer.model_dir import folder_kind, mark_folder
+
+from helpers import TINY_NUMBERS, Result, one_line_error, snapshot
+from helpers import cli_process as cli
+
+needs_ct2 = pytest.mark.skipif(
+    importlib.util.find_spec("ctranslate2") is None,
+    reason="ctranslate2 is not installed (pip install '.[ct2]')",
+)
+TRAIN = ["--quiet", *TINY_NUMBERS, "--max_steps", "2", "--save_every", "2", "--validate_every", "2"]
+
+
+@pytest.fixture
+def home(numbers_model, tmp_path) -> Path:
+    """A user's folder: a copy of the tiny model (M), a text to translate and a reference."""
+    shutil.copytree(numbers_model, tmp_path / "M", ignore=shutil.ignore_patterns(".lock"))
+    (tmp_path / "in.txt").write_text("twelve\nfour\n")
+    (tmp_path / "ref.txt").write_text("douze\nquatre\n")
+    return tmp_path
+
+
+def step_of(model: Path) -> Path:
+    return sorted((model / "checkpoints").glob("step_*"))[-1]
+
+
+def refused(home: Path, args: list[str], *needles: str, forbidden: str = "") -> str:
+    """Runs ``transformer ARGS`` in ``home``: exit 2, one line holding ``needles``, no file of
+    the user's changed (or added)."""
+    before = snapshot(home)
+    line = one_line_error(cli(*args), 2, *needles)
+    assert snapshot(home) == before
+    assert not forbidden or forbidden not in line, line
+    return line
+
+
+# ------------------------------------------------------------------- D1: section config files
+@pytest.mark.slow
+def test_a_section_file_is_read_with_the_checks_of_config(home):
+    m, text = str(home / "M"), str(home / "in.txt")
+    (home / "greedy.yaml").write_text("beam_size: 1\nmax_len_b: 20\n")
+    with_file = cli("translate", m, "-i", text, "--decode", str(home / "greedy.yaml"))
+    with_options = cli("translate", m, "-i", text, "--beam_size", "1", "--max_len_b", "20")
+    assert with_file.code == with_options.code == 0, with_file.stderr
+    assert with_file.stdout == with_options.stdout
+    # the options go on top of the file
+    beam = cli("translate", m, "-i", text, "--decode", str(home / "greedy.yaml"), "--beam_size",
+               "4", "--max_len_b", "20")  # fmt: skip
+    assert beam.stdout == cli("translate", m, "-i", text, "--max_len_b", "20").stdout
+    (home / "rt.yaml").write_text("device: cpu\nthreads: 1\n")
+    assert cli("translate", m, "-i", text, "--runtime", str(home / "rt.yaml")).code == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("command", "section", "text", "needle"),
+    [
+        ("translate", "decode", "beam_sise: 2\n", "unknown decode key 'beam_sise'; did you mean"),
+        ("translate", "decode", "beam_size: 0\n", "beam_size"),
+        ("translate", "decode", "- 1\n- 2\n", "expected a mapping of decode keys"),
+        ("translate", "runtime", "threads: -1\n", "threads must be >= 0"),
+        ("serve", "serve", "port: 99999\n", "port must be in 0..65535"),
+        ("info", "model", "d_model: [1]\n", "d_model"),
+    ],
+)
+def test_a_bad_section_file_is_one_line_naming_it(home, command, section, text, needle):
+    (home / "s.yaml").write_text(text)
+    model = [] if command == "info" else [str(home / "M")]
+    refused(home, [command, *model, f"--{section}", str(home / "s.yaml")], "s.yaml", needle)
+
+
+@pytest.mark.slow
+def test_a_model_section_file_gives_the_table_of_its_sizes(home):
+    (home / "m.yaml").write_text("preset: tiny\nd_model: 64\n")
+    by_file = cli("info", "--model", str(home / "m.yaml"))
+    by_options = cli("info", "--preset", "tiny", "--d_model", "64")
+    assert (
+        by_file.code == 0 and by_file.stdout == by_options.stdout and "d_model=64" in by_file.stdout
+    )
+
+
+# ------------------------------------------------------------- D2: a section that is no mapping
+@pytest.mark.slow
+@pytest.mark.parametrize("text", ["train: 5\n", "model: tiny\n", "decode: [1, 2]\n"])
+def test_a_config_section_that_is_not_a_mapping_names_it(home, text):
+    (home / "c.yaml").write_text(text)
+    section = text.split(":")[0]
+    args = ["train", "--config", str(home / "c.yaml"), "--out", str(home / "R"), *TRAIN]
+    refused(home, args, "c.yaml", f"section '{section}' must be a mapping")
+
+
+# ------------------------------------------------------------- D3: devices, FIFOs, links
+def _special(home: Path, kind: str) -> Path:
+    path = home / kind
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(str(path))
+        listener.close()
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "device":
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # a private /dev/null
+        except PermissionError:
+            pytest.skip("making a device node needs root")
+    elif kind == "link_to_dev_null":
+        path.symlink_to("/dev/null")
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "needle"),
+    [("fifo", "is a FIFO"), ("socket", "is a socket"), ("folder", "is a folder"),
+     ("device", "is a character device"), ("link_to_dev_null", "is a character device")],
+)  # fmt: skip
+def test_an_output_that_is_not_a_regular_file_is_refused(home, kind, needle):
+    target = _special(home, kind)
+    args = ["translate", str(home / "M"), "-i", str(home / "in.txt"), "-o", str(target)]
+    mode = os.lstat(target).st_mode  # a link's own mode: still a link afterwards
+    refused(home, args, f"--output {target}", needle)  # (a FIFO opened for writing would hang)
+    assert os.lstat(target).st_mode == mode
+
+
+@pytest.mark.slow
+def test_a_link_to_a_file_is_written_through_and_stays_a_link(home):
+    real, link = home / "real.txt", home / "link.txt"
+    real.write_text("yesterday\n")
+    link.symlink_to("real.txt")
+    direct = cli("translate", str(home / "M"), "-i", str(home / "in.txt"))
+    result = cli("translate", str(home / "M"), "-i", str(home / "in.txt"), "-o", str(link))
+    assert result.code == 0, result.stderr
+    assert link.is_symlink() and os.readlink(link) == "real.txt"
+    assert real.read_text() == direct.stdout
+    dash = cli("translate", str(home / "M"), "-i", str(home / "in.txt"), "-o", "-")
+    assert dash.stdout == direct.stdout and not (Path.cwd() / "-").exists()
+
+
+# ------------------------------------------------------- D4: outputs inside what is read
+@pytest.mark.slow
+def test_an_output_inside_the_model_being_read_is_refused(home):
+    m, text = home / "M", str(home / "in.txt")
+    weights = step_of(m) / "model.safetensors"
+    for output in (weights, m / "config.json", m / "tokenizer" / "new.txt"):
+        refused(home, ["translate", str(m), "-i", text, "-o", str(output)], f"--output {output}",
+                "lies inside MODEL_DIR")  # fmt: skip
+    refused(home, ["translate", str(step_of(m)), "-i", text, "-o", str(m / "x.txt")],
+            "lies inside the run")  # fmt: skip
+    refused(home, ["evaluate", str(m), "--src", text, "--ref", str(home / "ref.txt"),
+                   "-o", str(m / "test.hyp")], "lies inside MODEL_DIR")  # fmt: skip
+    refused(home, ["attention", str(m), "twelve", "--out", str(m / "figures")],
+            "--out", "lies inside MODEL_DIR")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_an_output_inside_any_project_folder_is_refused(home):
+    other = home / "other-run"
+    shutil.copytree(home / "M", other)
+    marked = home / "imported"  # an import (another toolkit's model) made by its command
+    marked.mkdir()
+    mark_folder(marked, "import", source="elsewhere")
+    for folder, kind in ((other, "run"), (other / "checkpoints", "run"), (marked, "import")):
+        output = folder / "out.txt"
+        refused(home, ["translate", str(home / "M"), "-i", str(home / "in.txt"), "-o",
+                       str(output)], f"lies inside the {kind}")  # fmt: skip
+
+
+# ------------------------------------------- D5, D6: --overwrite only over a run, never in one
+@pytest.mark.slow
+def test_train_overwrite_refuses_an_export_or_import(home):
+    for kind in ("export", "import"):
+        folder = home / kind
+        folder.mkdir()
+        (folder / "config.json").write_text('{"not": "a run"}\n')
+        (folder / "tokenizer").mkdir()
+        mark_folder(folder, kind)
+        assert folder_kind(folder) == kind
+        refused(home, ["train", "--out", str(folder), "--overwrite", *TRAIN],
+                f"is the {kind}", "not a run", forbidden="--overwrite")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_train_refuses_a_folder_holding_a_runs_entries_that_is_no_run(home):
+    (home / "mine").mkdir()
+    (home / "mine" / "config.json").write_text("my own config\n")
+    refused(home, ["train", "--out", str(home / "mine"), "--overwrite", *TRAIN],
+            "is not a training run but holds config.json")  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inside", ["checkpoints/STEP", "checkpoints", "tokenizer", "data/new"])
+def test_train_into_another_run_is_refused(home, inside):
+    out = home / "M" / inside.replace("STEP", step_of(home / "M").name)
+    for extra in ([], ["--overwrite"], ["--resume"]):
+        refused(home, ["train", "--out", str(out), *extra, *TRAIN], "lies inside the run",
+                forbidden="--overwrite")  # fmt: skip
+
+
+@needs_ct2
+@pytest.mark.slow
+def test_a_damaged_export_is_a_one_line_error(home):
+    assert cli("export", str(home / "M"), "--to", "ctranslate2", str(home / "E")).code == 0
+    (home / "E" / "config.json").write_text('{"bos_token": null}\n')  # as a run's would be
+    args = ["translate", str(home / "E"), "--engine", "ctranslate2", "-i", str(home / "in.txt")]
+    refused(home, args, "CTranslate2 cannot load this export", "export the model again")
+
+
+# ----------------------------------------------- D7: export and evaluate keep the user's files
+@needs_ct2
+@pytest.mark.slow
+def test_export_over_an_export_holding_the_users_files_is_refused(home):
+    export = ["export", str(home / "M"), "--to", "ctranslate2", str(home / "E")]
+    assert cli(*export).code == 0
+    (home / "E" / "NOTES.md").write_text("the user's notes\n")
+    refused(home, export, "holds NOTES.md", "nothing in it is replaced")
+    (home / "E" / "NOTES.md").unlink()
+    assert cli(*export).code == 0  # an export holding only its own files is replaced
+
+
+@pytest.mark.slow
+def test_evaluate_writes_its_hypotheses_beside_the_source(home):
+    model = snapshot(home / "M")
+    args = ["evaluate", str(home / "M"), "--src", str(home / "in.txt"), "--ref",
+            str(home / "ref.txt"), "--beam_size", "1"]  # fmt: skip
+    result = cli(*args)
+    assert result.code == 0, result.stderr
+    assert len((home / "in.txt.hyp").read_text().splitlines()) == 2
+    assert f"hypotheses: {home / 'in.txt.hyp'}" in result.stdout
+    assert snapshot(home / "M") == model
+
+
+# --------------------------------------------------------- D8: thread counts; info's sizes
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_an_absurd_thread_count_is_refused_before_it_reaches_the_library(home, engine):
+    if engine == "ctranslate2" and importlib.util.find_spec("ctranslate2") is None:
+        pytest.skip("ctranslate2 is not installed")
+    args = ["translate", str(home / "M"), "-i", str(home / "in.txt"), "--engine", engine]
+    for threads in ("100000", "20000"):
+        refused(home, [*args, "--runtime.threads", threads], f"--runtime.threads {threads}",
+                "per CPU core")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_info_refuses_sizes_that_would_not_fit_in_memory(home):
+    args = ["info", "--d_model", "1048576", "--n_heads", "8", "--n_encoder_layers", "1000000"]
+    refused(home, args, "GB of float32 weights", "memory free on this machine")
+
+
+@pytest.mark.parametrize("share", [False, True])
+@pytest.mark.parametrize("tie", [False, True])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_parameter_count_from_the_sizes_is_that_of_the_built_model(
+    share, tie, positional, norm_first, bias
+):
+    config = ModelConfig.preset(
+        "tiny", src_vocab_size=50, tgt_vocab_size=50 if share else 70, share_embeddings=share,
+        tie_output=tie, positional=positional, norm_first=norm_first, n_encoder_layers=3,
+        n_decoder_layers=1, d_ff=48, output_bias=bias,
+    )  # fmt: skip
+    model = Transformer(config)
+    assert parameter_count(config) == sum(p.numel() for p in model.parameters())
+    assert parameter_table(model)[-1][1] == parameter_count(config)
+
+
+# ----------------------------------------------------------- D9: closed standard streams
+def _with_closed(fd: int, *args: str) -> Result:
+    """``transformer ARGS`` with file descriptor ``fd`` closed (``<&-`` for 0, ``>&-`` for 1)."""
+    done = subprocess.run([sys.executable, "-m", "transformer", *args], stderr=subprocess.PIPE,
+                          preexec_fn=lambda: os.close(fd), timeout=300)  # fmt: skip
+    return Result(done.returncode, "", done.stderr.decode(errors="replace").splitlines())
+
+
+@pytest.mark.slow
+def test_a_closed_standard_input_or_output_is_a_one_line_error(home):
+    before = snapshot(home)
+    m = str(home / "M")
+    one_line_error(_with_closed(0, "translate", m), 2, "standard input is closed", "--input")
+    closed_stdout = _with_closed(1, "translate", m, "-i", str(home / "in.txt"))
+    one_line_error(closed_stdout, 2, "standard output is closed", "--output")
+    assert snapshot(home) == before
