@@ -25,7 +25,7 @@ def test_train_help_lists_every_config_key_with_type_default_and_help(capsys):
             match = re.search(option + r"((?:(?!\(default:| --).)*)(\(default: [^)]*\))?", text)
             assert match, f"--{section}.{field.name}"
             assert match.group(2).strip(), f"--{section}.{field.name} has no help text"
-            assert (match.group(3) is not None) == (field.default is not None), field.name
+            assert (match.group(3) is not None) == (field.default not in (None, "")), field.name
     assert "(default: null)" not in text
 
 
