@@ -22,6 +22,10 @@ class RuntimeConfig:
     """fp32, bf16 (autocast) or fp16 (autocast and a GradScaler)."""
     compile: bool = False
     """torch.compile the model for training."""
+    loss_chunk: int = 1024
+    """Target positions whose logits the training loss makes at once (the final linear layer
+    fused into the label-smoothed loss, so the whole (N, V) logits never exist); 0: all at
+    once, through the model's logits."""
     threads: int = 0
     """Torch intra-op threads on the CPU; 0: torch's default."""
     timeout_minutes: float = 30.0
@@ -42,5 +46,7 @@ class RuntimeConfig:
             raise BadValue(
                 f"RuntimeConfig.device must be auto, cpu, cuda or cuda:N, got {self.device!r}"
             )
+        if self.loss_chunk < 0:
+            raise BadValue(f"RuntimeConfig.loss_chunk must be >= 0, got {self.loss_chunk!r}")
         if self.threads < 0:
             raise BadValue(f"RuntimeConfig.threads must be >= 0, got {self.threads!r}")

@@ -1,8 +1,9 @@
 """The training loop: reads top to bottom, lives in ``train()``, and resumes exactly.
 
 One update = ``accumulate`` batches of teacher-forced forward passes, label-smoothed
-cross-entropy normalised by the number of target tokens, backpropagation, gradient clipping,
-and an AdamW step at the learning rate of the warmup / inverse-square-root schedule.
+cross-entropy normalised by the number of target tokens (fused with the final linear layer,
+chunked_loss.py), backpropagation, gradient clipping, and an AdamW step at the learning rate of
+the warmup / inverse-square-root schedule.
 
 Everything a resumed run needs is saved with each checkpoint: weights, optimizer moments, step,
 RNG states and the position in the epoch's batch order; so a run stopped at any point (even by
@@ -35,9 +36,9 @@ from ..errors import Interrupted, LostContact
 from ..model.transformer import Transformer
 from ..model_dir import WEIGHTS, load_weights, save_checkpoint, update_index
 from .checkpoint import load_trainer_state, prune_checkpoints, resume_point
+from .chunked_loss import TrainingLoss
 from .distributed import World, finish, init, shard, world_from_env
 from .divergence import Divergence
-from .loss import label_smoothed_nll
 from .metrics import Meter, MetricsLog, NoLog
 from .optimizer import clip_gradients, make_optimizer
 from .prepare import Prepared, prepare, save
@@ -171,8 +172,9 @@ def run_job(job: Job) -> TrainResult:
     model = Transformer(config.model).to(device)
     if world.distributed:
         torch.manual_seed(t.seed + 1000 * world.rank)  # each rank its own dropout masks
-    trained = DDP(model, device_ids=[device] if device.type == "cuda" else None) if (
-        world.distributed) else model  # fmt: skip
+    with_loss = TrainingLoss(model, t.label_smoothing, runtime.loss_chunk)
+    trained = DDP(with_loss, device_ids=[device] if device.type == "cuda" else None) if (
+        world.distributed) else with_loss  # fmt: skip
     forward = torch.compile(trained, dynamic=True) if runtime.compile else trained
     optimizer = make_optimizer(model, t)
     log_file = (MetricsLog(job.out.current.metrics, job.out.current.tensorboard, job.resume)
@@ -229,8 +231,7 @@ def run_job(job: Job) -> TrainResult:
                 last = j == len(mine) - 1  # DDP averages the gradients after the last one only
                 with nullcontext() if last or not world.distributed else trained.no_sync():
                     with autocast(device, runtime.precision):
-                        logits = forward(batch.src, batch.tgt_in)  # (B, T, V)
-                        sums = label_smoothed_nll(logits, batch.tgt_out, t.label_smoothing)
+                        sums = forward(batch.src, batch.tgt_in, batch.tgt_out)
                     scaler.scale(sums.loss * world.size / n_tokens).backward()
                 watch.loss(state.step, sums.loss)
                 meter.add(sums, batch.n_padded)

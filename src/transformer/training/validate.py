@@ -13,7 +13,7 @@ from ..config import RunConfig
 from ..data.batching import collate, make_batches
 from ..inference.translate import translate
 from ..model.transformer import Transformer
-from .loss import label_smoothed_nll
+from .chunked_loss import TrainingLoss
 
 
 @torch.inference_mode()
@@ -24,11 +24,10 @@ def validation_loss(model: Transformer, prepared, config: RunConfig) -> dict[str
     loss = nll = torch.zeros((), device=device)
     tokens = torch.zeros((), dtype=torch.long, device=device)
     order = make_batches(prepared.valid, config.train.max_tokens, 0, 0, shuffle=False)
+    scored = TrainingLoss(model, config.train.label_smoothing, config.runtime.loss_chunk)
     for indices in order:
         batch = collate([prepared.valid[i] for i in indices]).to(device)
-        sums = label_smoothed_nll(
-            model(batch.src, batch.tgt_in), batch.tgt_out, config.train.label_smoothing
-        )
+        sums = scored(batch.src, batch.tgt_in, batch.tgt_out)
         loss, nll, tokens = loss + sums.loss, nll + sums.nll, tokens + sums.n_tokens
     loss, nll, tokens = float(loss), float(nll), max(int(tokens), 1)
     return {
