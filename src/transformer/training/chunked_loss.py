@@ -46,20 +46,19 @@ class _LinearLabelSmoothedNll(torch.autograd.Function):
             grad_h = torch.zeros_like(hidden) if need_h else None  # (N, D)
             grad_w = torch.zeros_like(weight) if need_w else None  # (V, D)
             grad_b = torch.zeros_like(bias) if need_b else None  # (V,)
-            loss = nll = torch.zeros((), device=hidden.device)
+            keep_all = (target != ignore_index)[:, None]  # (N, 1) padding masked, not removed
+            nll = torch.empty(keep_all.shape, device=hidden.device)  # (N, 1) −log p_y
+            loss = torch.empty_like(nll)  # (N, 1) label-smoothed
             for start in range(0, hidden.size(0), chunk):
-                h = hidden[start : start + chunk]  # (C, D)
-                h = h.to(dtype) if dtype else h
-                y = target[start : start + chunk]  # (C,)
-                keep = (y != ignore_index)[:, None]  # (C, 1) padding masked, not removed
-                index = y.clamp(min=0)[:, None]  # (C, 1) a valid id at padding too
+                rows = slice(start, start + chunk)
+                h = hidden[rows].to(dtype) if dtype else hidden[rows]  # (C, D)
+                keep = keep_all[rows]  # (C, 1)
+                index = target[rows].clamp(min=0)[:, None]  # (C, 1) a valid id at padding too
                 z = F.linear(h, w, b).float()  # (C, V)
                 lse = z.logsumexp(dim=-1, keepdim=True)  # (C, 1)
-                nll_c = lse - z.gather(1, index)  # (C, 1) −log p_y
+                nll[rows] = lse - z.gather(1, index)
                 uniform = lse - z.mean(dim=-1, keepdim=True)  # (C, 1) mean_v −log p_v
-                loss_c = (1.0 - epsilon) * nll_c + epsilon * uniform  # (C, 1)
-                loss = loss + torch.where(keep, loss_c, 0.0).sum()
-                nll = nll + torch.where(keep, nll_c, 0.0).sum()
+                loss[rows] = (1.0 - epsilon) * nll[rows] + epsilon * uniform
                 if not (need_h or need_w or need_b):
                     continue
                 g = z.sub_(lse).exp_()  # (C, V) p, in the logits' memory
@@ -67,11 +66,15 @@ class _LinearLabelSmoothedNll(torch.autograd.Function):
                 g.sub_(epsilon / g.size(1)).mul_(keep)  # (C, V) ∂loss/∂z
                 g = g.to(dtype) if dtype else g
                 if need_h:
-                    grad_h[start : start + chunk] = g @ w  # (C, D)
-                if need_w:
-                    grad_w += (g.t() @ h).to(grad_w.dtype)  # (V, D)
+                    grad_h[rows] = g @ w  # (C, D)
+                if need_w and g.dtype == grad_w.dtype:  # fp32: the sum inside the product
+                    grad_w.addmm_(g.t(), h)  # (V, D)
+                elif need_w:  # the chunks' bf16 products summed in fp32
+                    grad_w.add_(g.t() @ h)  # (V, D)
                 if need_b:
-                    grad_b += g.sum(dim=0).to(grad_b.dtype)  # (V,)
+                    grad_b.add_(g.sum(dim=0))  # (V,)
+            loss = torch.where(keep_all, loss, 0.0).sum()
+            nll = torch.where(keep_all, nll, 0.0).sum()
         ctx.save_for_backward(grad_h, grad_w, grad_b)
         ctx.mark_non_differentiable(nll)
         return loss, nll
