@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..errors import BadValue
 from .checks import check_finite, check_types
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,9 @@ class RuntimeConfig:
     device: str = "auto"
     """auto (CUDA when there is a GPU, else the CPU), cpu, cuda or cuda:N."""
     precision: str = "fp32"
-    """fp32, bf16 (autocast) or fp16 (autocast and a GradScaler)."""
+    """fp32, bf16 (autocast), fp16 (autocast and a GradScaler) or auto: bf16 for training where
+    it pays (a GPU that has it; a CPU with native bf16 products, AVX-512 BF16 or AMX, for
+    d_model >= 192), else fp32; the log says which."""
     compile: bool = False
     """torch.compile the model for training."""
     loss_chunk: int = 1024

@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from ..config import RunConfig, TrainConfig
 from ..data.batching import example_lengths
-from ..device import autocast, grad_scaler, prepare_runtime
+from ..device import autocast, grad_scaler, prepare_runtime, resolve_precision
 from ..errors import Interrupted, LostContact
 from ..model.transformer import Transformer
 from ..model_dir import WEIGHTS, load_weights, save_checkpoint, update_index
@@ -166,7 +166,8 @@ def run_job(job: Job) -> TrainResult:
     data, world, device = job.data, job.world, job.device
     config, t, runtime = data.config, data.config.train, data.config.runtime
     # The hardware, chosen once (device.py): device, precision, scaler, compile, DDP.
-    scaler = grad_scaler(device, runtime.precision)
+    precision, why = resolve_precision(runtime.precision, device, config.model.d_model)
+    scaler = grad_scaler(device, precision)
     torch.manual_seed(t.seed)
     random.seed(t.seed)
     model = Transformer(config.model).to(device)
@@ -184,11 +185,13 @@ def run_job(job: Job) -> TrainResult:
         folder, trainer = job.saved
         load_weights(model, folder / WEIGHTS)
         state = TrainerState.restore(trainer, optimizer, scaler, world)
-        log_file.write(event="resume", step=state.step, checkpoint=folder.name)
+        log_file.write(event="resume", step=state.step, checkpoint=folder.name,
+                       precision=precision, precision_reason=why)  # fmt: skip
     else:
         parameters = sum(p.numel() for p in model.parameters())
         log_file.write(event="start", **data.stats, parameters=parameters, device=str(device),
-                       world_size=world.size)  # fmt: skip
+                       world_size=world.size, precision=precision,
+                       precision_reason=why)  # fmt: skip
     first_step = state.step
     watch = Divergence(device, check_grad_norm=not scaler.is_enabled())
 
@@ -210,6 +213,8 @@ def run_job(job: Job) -> TrainResult:
     limit = f"train, at most {t.max_minutes:g} min" if t.max_minutes else "train"
     bar = tqdm(total=t.max_steps, initial=state.step, disable=not (job.progress and world.main),
                unit="step", desc=limit, dynamic_ncols=True)  # fmt: skip
+    if runtime.precision == "auto" and world.main:
+        bar.write(why)  # what auto chose, on the console as in metrics.jsonl
     meter = Meter(device)
     started = time.perf_counter() - state.elapsed
     model.train()
@@ -230,7 +235,7 @@ def run_job(job: Job) -> TrainResult:
                 batch = data.train.batch(indices).to(device)
                 last = j == len(mine) - 1  # DDP averages the gradients after the last one only
                 with nullcontext() if last or not world.distributed else trained.no_sync():
-                    with autocast(device, runtime.precision):
+                    with autocast(device, precision):
                         sums = forward(batch.src, batch.tgt_in, batch.tgt_out)
                     scaler.scale(sums.loss * world.size / n_tokens).backward()
                 watch.loss(state.step, sums.loss)
