@@ -7,7 +7,7 @@ With the paper's weight decay of 0 this is exactly Adam.
 
 The update is PyTorch's fused kernel (``fused=True``, on the CPU and on CUDA): one call for all
 tensors instead of about 25 small operations per tensor. On the CPU, for the ``small`` preset,
-it makes 891 operator calls per step instead of 3,302 and takes a quarter of the time
+it makes 893 operator calls per update instead of 3,302 and takes about a third of the time
 (docs/speed.md). Its numbers differ from the per-tensor loop's in the last bits, not from run to
 run; a resumed run keeps the implementation it was saved with (the optimizer's state holds the
 flag), so exact resume stays bit for bit.
