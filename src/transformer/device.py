@@ -26,9 +26,9 @@ from .errors import BadValue
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # The narrowest model for which ``auto`` trains in bf16 on a CPU with native bf16 products:
-# bf16 against fp32 steps, measured on AVX-512 BF16 (docs/speed.md), took 1.15x the time at
-# d_model 128 and 0.80x at 192 (0.70x at 256, 0.56x at 512); narrower, the casts cost more
-# than the faster products save.
+# bf16 against fp32 steps, measured on AVX-512 BF16 (docs/speed.md), took the same time at
+# d_model 128, 0.83x at 192 and 0.69x at 256; narrower, the casts cost what the faster
+# products save.
 BF16_MIN_D_MODEL = 192
 # /proc/cpuinfo flags of x86 instructions that multiply bf16 matrices natively (oneDNN uses
 # them for torch's bf16 matmuls); without them bf16 products are emulated and slower.
