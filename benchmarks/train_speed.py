@@ -1,30 +1,37 @@
 """Training speed, ours against a model built on ``torch.nn.Transformer``, measured side by side.
 
-    .venv/bin/python benchmarks/train_speed.py                     # CPU rows (this machine)
+    .venv/bin/python benchmarks/train_speed.py --no-compile        # CPU rows (this machine)
     python3 benchmarks/train_speed.py --device cuda --preset base  # GPU rows (a GPU machine)
 
 Both models have the same sizes, the same shared and tied embeddings, the same sinusoidal
-positions, the same label-smoothed loss and the same batches (random ids, a tenth of each
-sentence padding); each trains ``--steps`` timed Adam steps after a warm-up. Rows: fp32 (TF32
-off) and, on a GPU, bf16 autocast; each eager and with ``torch.compile``. For each it reports
-tokens/s (source + target, padding included), ms per step, peak memory, the model's FLOP/s
-(3 × the forward matmul FLOPs: forward + backward) and MFU against the peak of a large matmul
-measured in the same run, in the same precision. Writes ``results/train_speed_DEVICE.md``.
+positions, the same label-smoothed loss, fused AdamW and the same batches (random ids, a tenth
+of each sentence padding). Ours trains as the training loop does: the final linear layer fused
+into the loss (``--loss-chunk``; 0 for the whole logits); the reference scores its whole logits
+with loss.py. Each round times ``--steps`` steps of each model in each precision in turn,
+after a warm-up; the best of ``--rounds`` counts, so that a machine busy with other work slows
+them alike. Rows: fp32 (TF32 off) and bf16 autocast on a GPU or a CPU with native bf16
+(``device.native_bf16_cpu``); each eager and with ``torch.compile``. For each it reports tokens/s
+(source + target, padding included), ms per step, peak step memory (on a GPU; on a CPU see
+step_cost.py), the model's FLOP/s (3 × the forward matmul FLOPs: forward + backward) and MFU
+against the peak of a large matmul measured in the same run, in the same precision. Writes
+``results/train_speed_DEVICE.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import resource
+import os
 import time
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from transformer.config import ModelConfig
+from transformer.config import ModelConfig, RuntimeConfig, TrainConfig
+from transformer.device import DTYPES, native_bf16_cpu
 from transformer.model import Transformer, sinusoidal_table
+from transformer.training.chunked_loss import TrainingLoss
 from transformer.training.loss import label_smoothed_nll
 from transformer.vocab import PAD_ID
 
@@ -76,19 +83,20 @@ def forward_flops(c: ModelConfig, B: int, S: int, T: int) -> float:
     return encoder + decoder + B * T * 2 * d * V  # + the output projection
 
 
-def matmul_peak(device: torch.device, dtype: torch.dtype) -> float:
-    """FLOP/s of a large square matmul: the practical peak MFU is measured against."""
+def matmul_peak(device: torch.device, dtype: torch.dtype, clock=time.perf_counter) -> float:
+    """FLOP/s of a large square matmul: the practical peak MFU is measured against (timed with
+    the steps' ``clock``)."""
     n = 8192 if device.type == "cuda" else 2048
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     for _ in range(3):
         a @ b
     _sync(device)
     repeats = 20 if device.type == "cuda" else 5
-    start = time.perf_counter()
+    start = clock()
     for _ in range(repeats):
         a @ b
     _sync(device)
-    return 2 * n**3 * repeats / (time.perf_counter() - start)
+    return 2 * n**3 * repeats / (clock() - start)
 
 
 def _sync(device: torch.device) -> None:
@@ -111,106 +119,174 @@ def batches(c: ModelConfig, B: int, L: int, n: int, device: torch.device) -> lis
     return out
 
 
-def measure(model: nn.Module, data: list, device, precision: str, steps: int, warmup: int):
-    """(seconds per step, peak memory in bytes) of Adam steps on ``data``."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
-                                 fused=device.type == "cuda")  # fmt: skip
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
-    model.train()
+class Trainee:
+    """One model, its loss and its fused AdamW, stepping through ``data`` in one precision."""
 
-    def step(i: int) -> None:
-        src, tgt_in, tgt_out = data[i % len(data)]
-        with torch.autocast(device.type, dtype=dtype, enabled=precision != "fp32"):
-            logits = model(src, tgt_in)
-            sums = label_smoothed_nll(logits, tgt_out, 0.1)
-        optimizer.zero_grad(set_to_none=True)
+    def __init__(self, name: str, model: nn.Module, precision: str, loss_chunk: int,
+                 compiled: bool) -> None:  # fmt: skip
+        self.name, self.precision = name, precision
+        t = TrainConfig()
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=1e-4, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
+            weight_decay=0.0, fused=True,
+        )  # fmt: skip
+        if name == "ours":  # the loop's loss: fused with the final linear layer (chunked_loss.py)
+            forward: nn.Module = TrainingLoss(model, 0.1, loss_chunk)
+        else:
+            forward = _LogitsLoss(model)
+        self.forward = torch.compile(forward) if compiled else forward
+        model.train()
+
+    def step(self, batch: tuple) -> None:
+        src, tgt_in, tgt_out = batch
+        with torch.autocast(src.device.type, dtype=DTYPES[self.precision],
+                            enabled=self.precision != "fp32"):  # fmt: skip
+            sums = self.forward(src, tgt_in, tgt_out)
+        self.optimizer.zero_grad(set_to_none=True)
         (sums.loss / sums.n_tokens).backward()
-        optimizer.step()
+        self.optimizer.step()
 
-    for i in range(warmup):
-        step(i)
-    _sync(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    start = time.perf_counter()
-    for i in range(steps):
-        step(i)
-    _sync(device)
-    seconds = (time.perf_counter() - start) / steps
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device)
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # process peak RSS
-    return seconds, peak
+
+class _LogitsLoss(nn.Module):
+    """loss.py's label-smoothed loss of a model's whole logits."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor):
+        return label_smoothed_nll(self.model(src, tgt_in), tgt_out, 0.1)
+
+
+def side_by_side(trainees: list[Trainee], data: list, device, steps: int, warmup: int,
+                 rounds: int, clock=time.perf_counter) -> list[tuple]:  # fmt: skip
+    """[(seconds per step, peak GPU memory above the weights and optimizer states of all the
+    trainees, in bytes, or nan)] per trainee: each round times
+    ``steps`` steps of every trainee in turn (so that other work on the machine slows them
+    alike); the best round counts. ``clock``: wall-clock, or ``time.process_time`` for CPU
+    seconds."""
+    for trainee in trainees:
+        for i in range(warmup):
+            trainee.step(data[i % len(data)])
+    best = [(math.inf, math.nan)] * len(trainees)
+    for _ in range(rounds):
+        for j, trainee in enumerate(trainees):
+            _sync(device)
+            resident = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            start = clock()
+            for i in range(steps):
+                trainee.step(data[i % len(data)])
+            _sync(device)
+            seconds = (clock() - start) / steps
+            peak = (torch.cuda.max_memory_allocated(device) - resident if device.type == "cuda"
+                    else math.nan)  # fmt: skip
+            best[j] = min(best[j], (seconds, peak))
+    return best
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--preset", default=None, help="default: small on a CPU, base on a GPU")
+    parser.add_argument("--width", type=int, default=None,
+                        help="d_model instead of the preset's (d_ff 4 x d_model)")  # fmt: skip
+    parser.add_argument("--models", default="ours,nn.Transformer")
     parser.add_argument("--vocab", type=int, default=None, help="default: 8000 CPU, 32000 GPU")
     parser.add_argument("--batch", type=int, default=None, help="sentences per batch")
     parser.add_argument("--length", type=int, default=64, help="tokens per sentence (padded)")
-    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per row; the best counts")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads; 0: torch's default")
+    parser.add_argument("--loss-chunk", type=int, default=RuntimeConfig().loss_chunk,
+                        help="ours: runtime.loss_chunk (0: the whole logits)")  # fmt: skip
+    parser.add_argument("--precisions", default=None, help="default: fp32,bf16 on a GPU or "
+                        "a CPU with native bf16, else fp32")  # fmt: skip
+    parser.add_argument("--cpu-time", action="store_true", help="time steps in CPU seconds, "
+                        "not wall-clock: with --threads 1, other jobs count less")  # fmt: skip
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--report", type=Path, default=None,
+                        help="default: results/train_speed_DEVICE.md")  # fmt: skip
     args = parser.parse_args()
     device = torch.device(args.device)
     gpu = device.type == "cuda"
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     vocab = args.vocab or (32000 if gpu else 8000)
+    width = {"d_model": args.width, "d_ff": 4 * args.width} if args.width else {}
     config = ModelConfig.preset(args.preset or ("base" if gpu else "small"), src_vocab_size=vocab,
-                                tgt_vocab_size=vocab, share_embeddings=True)  # fmt: skip
+                                tgt_vocab_size=vocab, share_embeddings=True, **width)  # fmt: skip
     B, L = args.batch or (200 if gpu else 32), args.length
-    steps, warmup = args.steps or (30 if gpu else 8), 5 if gpu else 2
+    steps, warmup = args.steps or (30 if gpu else 3), 5 if gpu else 2
     data = batches(config, B, L, 4, device)
     tokens = B * 2 * L  # source + target positions per step, padding included
     flops = 3 * forward_flops(config, B, L, L)
-    precisions = ["fp32", "bf16"] if gpu else ["fp32"]
-    peaks = {p: matmul_peak(device, {"fp32": torch.float32, "bf16": torch.bfloat16}[p])
-             for p in precisions}  # fmt: skip
+    bf16 = gpu or native_bf16_cpu() is not None
+    precisions = (args.precisions or ("fp32,bf16" if bf16 else "fp32")).split(",")
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    peaks = {p: matmul_peak(device, DTYPES[p], clock) for p in precisions}
+    load = os.getloadavg()[0]
     rows = []
-    for precision in precisions:
-        for compiled in [False] if args.no_compile else [False, True]:
-            for name, build in (("ours", Transformer), ("nn.Transformer", TorchTransformer)):
+    for compiled in [False] if args.no_compile else [False, True]:
+        trainees = []  # every model in every precision, timed in turn
+        for precision in precisions:
+            for name in args.models.split(","):
+                build = {"ours": Transformer, "nn.Transformer": TorchTransformer}[name]
                 torch.manual_seed(0)
                 model = build(config).to(device)
-                run = torch.compile(model) if compiled else model
-                seconds, memory = measure(run, data, device, precision, steps, warmup)
-                achieved = flops / seconds
-                rows.append({
-                    "model": name, "precision": precision, "compile": compiled,
-                    "tokens_per_s": tokens / seconds, "ms_per_step": 1000 * seconds,
-                    "peak_memory_gb": memory / 1e9, "tflops": achieved / 1e12,
-                    "mfu": achieved / peaks[precision],
-                })  # fmt: skip
-                print(rows[-1], flush=True)
-                del model, run
+                trainees.append(Trainee(name, model, precision, args.loss_chunk, compiled))
+        timed = side_by_side(trainees, data, device, steps, warmup, args.rounds, clock)
+        for trainee, (seconds, memory) in zip(trainees, timed, strict=True):
+            achieved = flops / seconds
+            rows.append({
+                "model": trainee.name, "precision": trainee.precision, "compile": compiled,
+                "tokens_per_s": tokens / seconds, "ms_per_step": 1000 * seconds,
+                "peak_memory_gb": memory / 1e9, "tflops": achieved / 1e12,
+                "mfu": achieved / peaks[trainee.precision],
+            })  # fmt: skip
+            print(rows[-1], flush=True)
+        del trainees
+    load = max(load, os.getloadavg()[0])
     lines = [
         f"Device: {torch.cuda.get_device_name(device) if gpu else 'CPU'} "
         f"({torch.get_num_threads()} threads), torch {torch.__version__}; `{config}` "
-        f"batches of {B} x {L} source + target tokens ({tokens:,} per step); "
+        f"batches of {B} x {L} source + target tokens ({tokens:,} per step); ours with "
+        f"loss_chunk {args.loss_chunk}, both with fused AdamW; best of {args.rounds} rounds of "
+        f"{steps} steps, the two models in turn, timed in "
+        f"{'CPU seconds' if args.cpu_time else 'wall-clock seconds'}; load average up to "
+        f"{load:.1f}; "
         + ", ".join(f"{p} matmul peak {v / 1e12:.2f} TFLOP/s" for p, v in peaks.items()),
         "",
-        "| model | precision | compile | tokens/s | ms/step | peak memory | model TFLOP/s | MFU |",
+        "| model | precision | compile | tokens/s | ms/step | peak step memory | model TFLOP/s "
+        "| MFU |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        memory = f"{r['peak_memory_gb']:.2f} GB" if gpu else "(step_cost.py)"
         lines.append(
             f"| {r['model']} | {r['precision']} | {'yes' if r['compile'] else 'no'} | "
-            f"{r['tokens_per_s']:,.0f} | {r['ms_per_step']:.1f} | {r['peak_memory_gb']:.2f} GB | "
+            f"{r['tokens_per_s']:,.0f} | {r['ms_per_step']:.1f} | {memory} | "
             f"{r['tflops']:.3f} | {100 * r['mfu']:.1f}% |"
         )
     by_key = {(r["model"], r["precision"], r["compile"]): r for r in rows}
     for (model_name, precision, compiled), ours in by_key.items():
-        if model_name == "ours":
+        if model_name != "ours":
+            continue
+        if ("nn.Transformer", precision, compiled) in by_key:
             ref = by_key[("nn.Transformer", precision, compiled)]
             ratio = ours["tokens_per_s"] / ref["tokens_per_s"]
             lines.append(f"\nours / nn.Transformer, {precision}, compile {compiled}: {ratio:.2f}x")
+        if precision != "fp32" and ("ours", "fp32", compiled) in by_key:
+            gain = ours["tokens_per_s"] / by_key[("ours", "fp32", compiled)]["tokens_per_s"]
+            lines.append(f"ours {precision} / ours fp32, compile {compiled}: {gain:.2f}x")
     text = "\n".join(lines) + "\n"
     print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"train_speed_{device.type}.md").write_text(text)
+    report = args.report or RESULTS / f"train_speed_{device.type}.md"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(text)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ def test_with_no_decay_it_is_exactly_adam():
     src, tgt = torch.tensor([[5, 6, 7, 3]]), torch.tensor([[2, 8, 9]])
     a, b = model(), model()
     ours = make_optimizer(a, TrainConfig())
-    adam = torch.optim.Adam(b.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+    adam = torch.optim.Adam(b.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9, fused=True)
     for optimizer, m in ((ours, a), (adam, b)):
         for group in optimizer.param_groups:
             group["lr"] = 1e-3

@@ -133,17 +133,17 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path):
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-    real = train_module.label_smoothed_nll
+    real = train_module.TrainingLoss.forward
     calls = {"n": 0}
 
-    def poisoned(logits, target, epsilon):
+    def poisoned(self, src_ids, tgt_in, tgt_out):
         calls["n"] += 1
-        sums = real(logits, target, epsilon)
+        sums = real(self, src_ids, tgt_in, tgt_out)
         if calls["n"] == 7:  # the 7th batch = step 7 (no accumulation)
             sums.loss = sums.loss * float("nan")
         return sums
 
-    monkeypatch.setattr(train_module, "label_smoothed_nll", poisoned)
+    monkeypatch.setattr(train_module.TrainingLoss, "forward", poisoned)
     cfg = config("--max_steps", "20", "--save_every", "3", "--validate_every", "100")
     with pytest.raises(
         UserError,

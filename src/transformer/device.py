@@ -2,9 +2,10 @@
 
 ``runtime.device`` is ``auto`` (CUDA when there is a GPU, else the CPU), ``cpu``, ``cuda`` or
 ``cuda:N``; asking for CUDA where there is none is a one-line error. ``runtime.precision`` is
-``fp32``, ``bf16`` (autocast; no scaler needed) or ``fp16`` (autocast with a GradScaler, so that
-small gradients do not underflow). Autocast follows the device type. Batches are built on the
-CPU, pinned when they go to a GPU, and copied without blocking the host.
+``fp32``, ``bf16`` (autocast; no scaler needed), ``fp16`` (autocast with a GradScaler, so that
+small gradients do not underflow) or ``auto`` (``resolve_precision``: bf16 for training where it
+pays, fp32 elsewhere). Autocast follows the device type. Batches are built on the CPU, pinned
+when they go to a GPU, and copied without blocking the host.
 
 Checkpoints hold CPU tensors only, so a model trained on a GPU translates on a CPU and the
 reverse (``map_location``: the weights are read on the CPU, then moved).
@@ -21,6 +22,7 @@ import os
 import random
 import re
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 
 import torch
 
@@ -63,6 +65,16 @@ def check_threads(threads: int) -> None:
         )
 
 
+# The narrowest model for which ``auto`` trains in bf16 on a CPU with native bf16 products:
+# bf16 against fp32 steps, measured on AVX-512 BF16 (docs/speed.md), took the same time at
+# d_model 128, 0.83x at 192 and 0.69x at 256; narrower, the casts cost what the faster
+# products save.
+BF16_MIN_D_MODEL = 192
+# /proc/cpuinfo flags of x86 instructions that multiply bf16 matrices natively (oneDNN uses
+# them for torch's bf16 matmuls); without them bf16 products are emulated and slower.
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
 def resolve_device(spec: str) -> torch.device:
     """The torch.device that ``runtime.device`` names, checked against the machine."""
     if spec == "auto":
@@ -84,6 +96,57 @@ def resolve_device(spec: str) -> torch.device:
             "CUDA device(s)"
         )
     return torch.device("cuda", index)
+
+
+def native_bf16_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The CPU flag that says this machine multiplies bf16 matrices natively (``amx_bf16`` or
+    ``avx512_bf16``), or None: no such flag, or no /proc/cpuinfo to read (not Linux)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return None
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):  # the same on every core: the first line says it
+            flags = set(line.partition(":")[2].split())
+            break
+    return next((flag for flag in NATIVE_BF16_FLAGS if flag in flags), None)
+
+
+def resolve_precision(
+    precision: str, device: torch.device, d_model: int, training: bool = True
+) -> tuple[str, str]:
+    """What ``runtime.precision`` means on this machine, and why (for the log).
+
+    ``auto`` is bf16 for training on a CUDA GPU that supports it, and on a CPU with native bf16
+    products (``native_bf16_cpu``) for models at least ``BF16_MIN_D_MODEL`` wide; fp32
+    otherwise. Translation stays in fp32 on a CPU, where bf16 decoding was not measured to pay.
+
+    Args:
+        precision: fp32, bf16, fp16 or auto.
+        d_model: the model's width.
+        training: False for translation.
+    Returns:
+        (fp32, bf16 or fp16; a sentence saying why).
+    """
+    if precision != "auto":
+        return precision, f"precision {precision}, as asked"
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return "bf16", f"precision auto: bf16, {torch.cuda.get_device_name(device)} has it"
+        return "fp32", f"precision auto: fp32, {torch.cuda.get_device_name(device)} lacks bf16"
+    flag = native_bf16_cpu()
+    if flag is None:
+        return "fp32", "precision auto: fp32, this CPU has no native bf16 (avx512_bf16, amx_bf16)"
+    if not training:
+        return "fp32", "precision auto: fp32 for translation on a CPU"
+    if d_model < BF16_MIN_D_MODEL:
+        return "fp32", (
+            f"precision auto: fp32, d_model {d_model} < {BF16_MIN_D_MODEL} gains nothing from "
+            f"bf16 on this CPU ({flag})"
+        )
+    why = f"this CPU has {flag} and d_model {d_model} >= {BF16_MIN_D_MODEL}"
+    return "bf16", f"precision auto: bf16, {why}"
 
 
 def autocast(device: torch.device, precision: str) -> AbstractContextManager:

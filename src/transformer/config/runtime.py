@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..errors import BadValue
 from .checks import check_finite, check_types
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 
 
 @dataclass(frozen=True)
@@ -19,9 +19,15 @@ class RuntimeConfig:
     device: str = "auto"
     """auto (CUDA when there is a GPU, else the CPU), cpu, cuda or cuda:N."""
     precision: str = "fp32"
-    """fp32, bf16 (autocast) or fp16 (autocast and a GradScaler)."""
+    """fp32, bf16 (autocast), fp16 (autocast and a GradScaler) or auto: bf16 for training where
+    it pays (a GPU that has it; a CPU with native bf16 products, AVX-512 BF16 or AMX, for
+    d_model >= 192), else fp32; the log says which."""
     compile: bool = False
     """torch.compile the model for training."""
+    loss_chunk: int = 1024
+    """Target positions whose logits the training loss makes at once (the final linear layer
+    fused into the label-smoothed loss, so the whole (N, V) logits never exist); 0: all at
+    once, through the model's logits."""
     threads: int = 0
     """Torch intra-op threads on the CPU; 0: torch's default."""
     timeout_minutes: float = 30.0
@@ -42,5 +48,7 @@ class RuntimeConfig:
             raise BadValue(
                 f"RuntimeConfig.device must be auto, cpu, cuda or cuda:N, got {self.device!r}"
             )
+        if self.loss_chunk < 0:
+            raise BadValue(f"RuntimeConfig.loss_chunk must be >= 0, got {self.loss_chunk!r}")
         if self.threads < 0:
             raise BadValue(f"RuntimeConfig.threads must be >= 0, got {self.threads!r}")

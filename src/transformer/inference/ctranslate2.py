@@ -295,8 +295,8 @@ def load_ctranslate2(
 
     The runtime maps onto ``ctranslate2.Translator``: device auto / cpu / cuda[:N]; threads on
     a CPU -> inter_threads (batches decoded at once, one thread each; 0: one per core), on a GPU
-    -> intra_threads; precision fp32 -> the model's own type, bf16 / fp16 -> bfloat16 / float16
-    (int8_bfloat16 / int8_float16 for an int8 export).
+    -> intra_threads; precision fp32 or auto -> the model's own type, bf16 / fp16 -> bfloat16 /
+    float16 (int8_bfloat16 / int8_float16 for an int8 export).
     """
     ct2 = import_ctranslate2()
     check_threads(runtime.threads)
@@ -350,7 +350,7 @@ def _ct2_model(ct2: Any, folder: Path, runtime: RuntimeConfig, quantization: str
         raise UserError(f"--device {runtime.device}: CTranslate2 sees {cuda_devices} CUDA "
                         "device(s)")  # fmt: skip
     compute_type = "default"  # the type the model was exported in
-    if runtime.precision != "fp32":
+    if runtime.precision in ("bf16", "fp16"):  # fp32 and auto: the type it was exported in
         half = {"bf16": "bfloat16", "fp16": "float16"}[runtime.precision]
         compute_type = f"int8_{half}" if quantization.startswith("int8") else half
     # On a CPU, batches in parallel on one thread each: on the 2-core machine, int8 beam 4 over

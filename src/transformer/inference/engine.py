@@ -18,7 +18,7 @@ from typing import Protocol
 
 from ..config import DecodeConfig, RunConfig, RuntimeConfig
 from ..data.tokenizer import Tokenizers
-from ..device import autocast, prepare_runtime
+from ..device import autocast, prepare_runtime, resolve_precision
 from ..errors import UserError
 from ..model.build import Seq2Seq
 from ..model_dir import load_checkpoint, model_dir_of
@@ -41,7 +41,11 @@ class TorchEngine:
 
     def precision(self) -> AbstractContextManager:
         """The runtime's precision (autocast) around a search."""
-        return autocast(next(self.model.parameters()).device, self.runtime.precision)
+        device = next(self.model.parameters()).device
+        precision, _ = resolve_precision(
+            self.runtime.precision, device, self.model.config.d_model, training=False
+        )
+        return autocast(device, precision)
 
     @property
     def device(self) -> str:

@@ -105,6 +105,17 @@ class RNNEncoderDecoder(nn.Module):
         memory, src_mask = self.encode(src_ids)
         return self.decode(tgt_ids, memory, src_mask)
 
+    def hidden_states(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
+        """Teacher forcing up to the output layer, which a fused loss applies itself
+        (training/chunked_loss.py): ``forward`` is ``self.output(hidden_states(...))``.
+
+        Shape:
+            src_ids (B, S), tgt_ids (B, T) -> the readout after dropout (B, T, E).
+        """
+        memory, src_mask = self.encode(src_ids)
+        readout, _ = self.decoder(tgt_ids, memory, src_mask, RNNState())  # (B, T, E)
+        return self.dropout(readout)
+
     def log_probs(self, logits: Tensor) -> Tensor:
         """log softmax over the vocabulary: (..., V) -> (..., V)."""
         return torch.log_softmax(logits.float(), dim=-1)

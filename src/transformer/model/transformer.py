@@ -125,6 +125,17 @@ class Transformer(nn.Module):
         memory, src_mask = self.encode(src_ids)
         return self.decode(tgt_ids, memory, src_mask)
 
+    def hidden_states(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
+        """Teacher forcing up to the final linear layer, which a fused loss applies itself
+        (training/chunked_loss.py): ``forward`` is ``self.output(hidden_states(...))``.
+
+        Shape:
+            src_ids (B, S), tgt_ids (B, T) -> decoder output (B, T, D).
+        """
+        memory, src_mask = self.encode(src_ids)
+        hidden, _ = self._decode_hidden(tgt_ids, memory, src_mask, None, need_weights=False)
+        return hidden
+
     def log_probs(self, logits: Tensor) -> Tensor:
         """log softmax over the vocabulary: (..., V) -> (..., V)."""
         return torch.log_softmax(logits.float(), dim=-1)

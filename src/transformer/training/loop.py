@@ -1,8 +1,9 @@
 """The training loop: reads top to bottom, lives in ``train()``, and resumes exactly.
 
 One update = ``accumulate`` batches of teacher-forced forward passes, label-smoothed
-cross-entropy normalised by the number of target tokens, backpropagation, gradient clipping,
-and an AdamW step at the learning rate of the warmup / inverse-square-root schedule.
+cross-entropy normalised by the number of target tokens (fused with the final linear layer,
+chunked_loss.py), backpropagation, gradient clipping, and an AdamW step at the learning rate of
+the warmup / inverse-square-root schedule.
 
 Everything a resumed run needs is saved with each checkpoint: weights, optimizer moments, step,
 RNG states and the position in the epoch's batch order; so a run stopped at any point (even by
@@ -33,7 +34,7 @@ from tqdm import tqdm
 
 from ..config import RunConfig, TrainConfig
 from ..data.batching import example_lengths
-from ..device import autocast, grad_scaler, prepare_runtime
+from ..device import autocast, grad_scaler, prepare_runtime, resolve_precision
 from ..errors import Interrupted, LostContact
 from ..model.build import build_model
 from ..model_dir import (
@@ -45,9 +46,10 @@ from ..model_dir import (
     update_index,
 )
 from .checkpoint import load_trainer_state, prune_checkpoints, resume_point
+from .chunked_loss import TrainingLoss
 from .distributed import World, finish, init, shard, world_from_env
 from .divergence import Divergence
-from .loss import impossible_tokens, label_smoothed_nll
+from .loss import impossible_tokens
 from .metrics import Meter, MetricsLog, NoLog
 from .optimizer import clip_gradients, make_optimizer
 from .prepare import Prepared, prepare, save
@@ -177,18 +179,15 @@ def run_job(job: Job) -> TrainResult:
     data, world, device = job.data, job.world, job.device
     config, t, runtime = data.config, data.config.train, data.config.runtime
     # The hardware, chosen once (device.py): device, precision, scaler, compile, DDP.
-    scaler = grad_scaler(device, runtime.precision)
+    precision, why = resolve_precision(runtime.precision, device, config.model.d_model)
+    scaler = grad_scaler(device, precision)
     torch.manual_seed(t.seed)
     random.seed(t.seed)
     model = build_model(config.model).to(device)  # the Transformer, or the RNN (model/build.py)
     if job.saved is None and t.init_from:  # fine-tuning: the starting model's weights
         load_weights(model, resolve_checkpoint(Path(t.init_from)) / WEIGHTS)
-    impossible = impossible_tokens(model)  # never-produced ids, left out of label smoothing
     if world.distributed:
         torch.manual_seed(t.seed + 1000 * world.rank)  # each rank its own dropout masks
-    trained = DDP(model, device_ids=[device] if device.type == "cuda" else None) if (
-        world.distributed) else model  # fmt: skip
-    forward = torch.compile(trained, dynamic=True) if runtime.compile else trained
     optimizer = make_optimizer(model, t)
     log_file = (MetricsLog(job.out.current.metrics, job.out.current.tensorboard, job.resume)
                 if world.main else NoLog())  # fmt: skip
@@ -197,11 +196,19 @@ def run_job(job: Job) -> TrainResult:
         folder, trainer = job.saved
         load_weights(model, folder / WEIGHTS)
         state = TrainerState.restore(trainer, optimizer, scaler, world)
-        log_file.write(event="resume", step=state.step, checkpoint=folder.name)
+        log_file.write(event="resume", step=state.step, checkpoint=folder.name,
+                       precision=precision, precision_reason=why)  # fmt: skip
     else:
         parameters = sum(p.numel() for p in model.parameters())
         log_file.write(event="start", **data.stats, parameters=parameters, device=str(device),
-                       world_size=world.size)  # fmt: skip
+                       world_size=world.size, precision=precision,
+                       precision_reason=why)  # fmt: skip
+    # Never-produced ids (an imported model's padding row), left out of label smoothing: read
+    # from the weights once they are loaded, from --init_from or from the checkpoint resumed.
+    with_loss = TrainingLoss(model, t.label_smoothing, runtime.loss_chunk, impossible_tokens(model))
+    trained = DDP(with_loss, device_ids=[device] if device.type == "cuda" else None) if (
+        world.distributed) else with_loss  # fmt: skip
+    forward = torch.compile(trained, dynamic=True) if runtime.compile else trained
     first_step = state.step
     watch = Divergence(device, check_grad_norm=not scaler.is_enabled())
 
@@ -227,6 +234,8 @@ def run_job(job: Job) -> TrainResult:
     plain_lines = job.progress and world.main and not show_bar
     bar = tqdm(total=t.max_steps, initial=state.step, disable=not show_bar, unit="step",
                desc=limit, dynamic_ncols=True)  # fmt: skip
+    if runtime.precision == "auto" and world.main:
+        bar.write(why)  # what auto chose, on the console as in metrics.jsonl
     meter = Meter(device)
     if job.saved is None and t.init_from and world.main:  # where fine-tuning starts: step 0
         validated = validate(model, data, config)
@@ -254,11 +263,8 @@ def run_job(job: Job) -> TrainResult:
                 batch = data.train.batch(indices).to(device)
                 last = j == len(mine) - 1  # DDP averages the gradients after the last one only
                 with nullcontext() if last or not world.distributed else trained.no_sync():
-                    with autocast(device, runtime.precision):
-                        logits = forward(batch.src, batch.tgt_in)  # (B, T, V)
-                        sums = label_smoothed_nll(
-                            logits, batch.tgt_out, t.label_smoothing, impossible=impossible
-                        )
+                    with autocast(device, precision):
+                        sums = forward(batch.src, batch.tgt_in, batch.tgt_out)
                     scaler.scale(sums.loss * world.size / n_tokens).backward()
                 watch.loss(state.step, sums.loss)
                 meter.add(sums, batch.n_padded)

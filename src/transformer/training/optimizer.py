@@ -5,6 +5,13 @@ weight decay, when asked for, applies to the weight matrices of the linear layer
 cells) only, never to biases, LayerNorm γ and β, or the embedding tables (a tied output projection
 is an embedding).
 With the paper's weight decay of 0 this is exactly Adam.
+
+The update is PyTorch's fused kernel (``fused=True``, on the CPU and on CUDA): one call for all
+tensors instead of about 25 small operations per tensor. On the CPU, for the ``small`` preset,
+it makes 893 operator calls per update instead of 3,302 and takes about a third of the time
+(docs/speed.md). Its numbers differ from the per-tensor loop's in the last bits, not from run to
+run; a resumed run keeps the implementation it was saved with (the optimizer's state holds the
+flag), so exact resume stays bit for bit.
 """
 
 from __future__ import annotations
@@ -35,12 +42,14 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def make_optimizer(model: nn.Module, t: TrainConfig) -> torch.optim.AdamW:
-    """AdamW over ``parameter_groups``; the learning rate is set every step by the schedule."""
+    """Fused AdamW over ``parameter_groups``; the learning rate is set every step by the
+    schedule."""
     return torch.optim.AdamW(
         parameter_groups(model, t.weight_decay),
         lr=0.0,
         betas=(t.adam_beta1, t.adam_beta2),
         eps=t.adam_eps,
+        fused=True,
     )
 
 

@@ -13,7 +13,8 @@ from ..config import RunConfig
 from ..data.batching import collate, make_batches
 from ..inference.translate import translate
 from ..model.build import Seq2Seq
-from .loss import impossible_tokens, label_smoothed_nll
+from .chunked_loss import TrainingLoss
+from .loss import impossible_tokens
 
 
 @torch.inference_mode()
@@ -24,13 +25,11 @@ def validation_loss(model: Seq2Seq, prepared, config: RunConfig) -> dict[str, fl
     loss = nll = torch.zeros((), device=device)
     tokens = torch.zeros((), dtype=torch.long, device=device)
     order = make_batches(prepared.valid, config.train.max_tokens, 0, 0, shuffle=False)
-    impossible = impossible_tokens(model)
+    scored = TrainingLoss(model, config.train.label_smoothing, config.runtime.loss_chunk,
+                          impossible_tokens(model))  # fmt: skip
     for indices in order:
         batch = collate([prepared.valid[i] for i in indices]).to(device)
-        logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-        sums = label_smoothed_nll(
-            logits, batch.tgt_out, config.train.label_smoothing, impossible=impossible
-        )
+        sums = scored(batch.src, batch.tgt_in, batch.tgt_out)
         loss, nll, tokens = loss + sums.loss, nll + sums.nll, tokens + sums.n_tokens
     loss, nll, tokens = float(loss), float(nll), max(int(tokens), 1)
     return {
