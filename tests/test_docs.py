@@ -97,7 +97,12 @@ def known_options() -> set[str]:
         options |= set(re.findall(r"--[\w.-]+", build_parser(name).format_help()))
     flat = {f"--{f.name}" for cls in COMMAND_SECTIONS.values() for f in fields(cls)}
     dashed = {option.replace("_", "-") for option in options | flat}
-    return options | flat | dashed | {"--preset", "--model.preset"}
+    benchmarks = {  # the options of the scripts in benchmarks/, which the docs run too
+        option
+        for script in (ROOT / "benchmarks").glob("*.py")
+        for option in re.findall(r"add_argument\(\s*\"(--[\w.-]+)\"", script.read_text())
+    }
+    return options | flat | dashed | benchmarks | {"--preset", "--model.preset"}
 
 
 def check_options(page: Path) -> None:

@@ -65,7 +65,7 @@ class SlowEngine:
     def __getattr__(self, name: str) -> object:  # tokenizers, decode, config, path, ...
         return getattr(self.inner, name)
 
-    def translate(self, sentences, decode=None, stopped=None) -> TranslationResult:
+    def translate(self, sentences, decode=None, prefixes=None, stopped=None) -> TranslationResult:
         # As in_length_batches: a sentence already stopped is not decoded at all.
         self.decoded += [s for i, s in enumerate(sentences) if not (stopped and stopped(i))]
         end = time.monotonic() + self.seconds

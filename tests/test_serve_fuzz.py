@@ -70,4 +70,4 @@ def test_every_endpoint_survives_fuzzing(app):
         if mode == GenerationMode.POSITIVE or len(operation.body)  # a GET has nothing to spoil
     }
     print("schemathesis examples per operation:", counts, "total:", sum(counts.values()))
-    assert len(counts) == 8 and all(n > 0 for n in counts.values()), counts
+    assert len(counts) == 10 and all(n > 0 for n in counts.values()), counts

@@ -20,8 +20,8 @@ from .options import engine_options, model_options, runtime_of
 def _translate_options(p: ArgumentParser) -> None:
     model_options(p)
     engine_options(p)
-    p.add_argument("--input", "-i", help="file to translate (default or -: standard input)")
-    p.add_argument("--output", "-o", help="write translations to this file (default or -: "
+    p.add_argument("--input", "-i", help="file to translate, or - (default: standard input)")
+    p.add_argument("--output", "-o", help="write translations to this file, or - (default: "
                    "standard output); not a device, nor a file in a model's folder")  # fmt: skip
     p.add_argument("--prefix", help="target prefixes, line-aligned with the input: each "
                    "translation starts with its line (an empty line: none)")  # fmt: skip
@@ -52,7 +52,7 @@ def _score_options(p: ArgumentParser) -> None:
     engine_options(p)
     p.add_argument("--src", required=True, help="source sentences, one per line")
     p.add_argument("--ref", required=True, help="their translations, line-aligned with --src")
-    p.add_argument("--output", "-o", help="write the scores to this file (default or -: "
+    p.add_argument("--output", "-o", help="write the scores to this file, or - (default: "
                    "standard output); not a device, nor a file in a model's folder")  # fmt: skip
 
 

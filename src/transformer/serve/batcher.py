@@ -201,7 +201,7 @@ class Batcher:
         owner = [job for job in group for _ in job.sentences]
         try:
             result = self.engine.translate(sentences, decode, prefixes,
-                                           lambda i: owner[i].abandoned)  # fmt: skip
+                                           stopped=lambda i: owner[i].abandoned)  # fmt: skip
         except Exception as error:  # a bug: every caller hears of it, the worker goes on
             log.exception("translating a batch of %d sentences failed", len(sentences))
             for job in group:
