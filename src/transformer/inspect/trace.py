@@ -128,9 +128,8 @@ def trace_sentence(engine: TorchEngine, sentence: str, decode: DecodeConfig | No
     """
     model, decode = engine.model, decode or engine.decode
     if not isinstance(model, Transformer):
-        raise UserError(f"the step-through view shows the Transformer; {engine.path} holds "
-                        f"another architecture ({model.config.architecture!r}, "
-                        "model.architecture)")  # fmt: skip
+        raise UserError(f"the step-through view shows the Transformer; {engine.path} holds a "
+                        f"{type(model).__name__}")  # fmt: skip
     if decode.sampling:
         raise UserError("the step-through view shows a beam search; leave out --decode.sampling")
     tokenizers = engine.tokenizers
