@@ -1,6 +1,7 @@
 """Fault cases of the paths a command writes and the limits it checks, through the real command
-line (``python -m transformer``): each asserts the exit code, a single stderr line without a
-traceback naming the value at fault, and that every file the user had is byte-identical.
+line (``python -m transformer``, or its ``main`` in this process where no process of its own is
+needed): each asserts the exit code, a single stderr line without a traceback naming the value
+at fault, and that every file the user had is byte-identical.
 
 D1-D9 are the defects a held-out probe of a fresh clone found: section config files (D1), a
 YAML section that is not a mapping (D2), outputs that are devices, FIFOs or links (D3), outputs
@@ -27,8 +28,8 @@ from transformer.inspect.info import parameter_count, parameter_table
 from transformer.model import Transformer
 from transformer.model_dir import folder_kind, mark_folder
 
-from helpers import TINY_NUMBERS, Result, one_line_error, snapshot
-from helpers import cli_process as cli
+from helpers import TINY_NUMBERS, Result, cli_process, one_line_error, snapshot
+from helpers import cli_main as cli
 
 needs_ct2 = pytest.mark.skipif(
     importlib.util.find_spec("ctranslate2") is None,
@@ -50,11 +51,13 @@ def step_of(model: Path) -> Path:
     return sorted((model / "checkpoints").glob("step_*"))[-1]
 
 
-def refused(home: Path, args: list[str], *needles: str, forbidden: str = "") -> str:
-    """Runs ``transformer ARGS`` in ``home``: exit 2, one line holding ``needles``, no file of
-    the user's changed (or added)."""
+def refused(
+    home: Path, args: list[str], *needles: str, forbidden: str = "", process: bool = False
+) -> str:
+    """Runs ``transformer ARGS`` (in a child process if ``process``, else in this one): exit 2,
+    one line holding ``needles``, no file of the user's changed (or added)."""
     before = snapshot(home)
-    line = one_line_error(cli(*args), 2, *needles)
+    line = one_line_error((cli_process if process else cli)(*args), 2, *needles)
     assert snapshot(home) == before
     assert not forbidden or forbidden not in line, line
     return line
@@ -266,7 +269,7 @@ def test_an_absurd_thread_count_is_refused_before_it_reaches_the_library(home, e
     args = ["translate", str(home / "M"), "-i", str(home / "in.txt"), "--engine", engine]
     for threads in ("100000", "20000"):
         refused(home, [*args, "--runtime.threads", threads], f"--runtime.threads {threads}",
-                "per CPU core")  # fmt: skip
+                "per CPU core", process=True)  # a regression would crash the process  # fmt: skip
 
 
 @pytest.mark.slow

@@ -80,20 +80,22 @@ def test_info_describes_a_trained_model_directory(numbers_model, capsys):
 
 def test_info_of_a_large_model_allocates_nothing():
     # Built on the meta device: 242M parameters (0.97 GB of float32) are only described. The
-    # process's peak memory, measured by itself, stays far below one copy of the weights.
+    # process's peak memory (342 MiB measured, 223 of them importing torch and the package)
+    # stays far below one copy of the weights.
     args = ["info", "--preset", "big", "--d_model", "1024", "--n_heads", "16", "--d_ff", "4096",
             "--src_vocab_size", "32000", "--tgt_vocab_size", "32000"]  # fmt: skip
     code = (
-        "import resource, sys\n"
+        "import sys\n"
         "from transformer.cli import main\n"
         f"code = main({args!r})\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        "print(open('/proc/self/status').read().split('VmHWM:')[1].split()[0], file=sys.stderr)\n"
         "sys.exit(code)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert done.returncode == 0 and "241,893,376" in done.stdout, done.stderr
-    peak_mib = int(done.stderr.strip().splitlines()[-1]) / 1024  # ru_maxrss is in KiB
+    # VmHWM: this process's own peak (ru_maxrss would carry the forking parent's, pytest's)
+    peak_mib = int(done.stderr.strip().splitlines()[-1]) / 1024  # kB
     assert peak_mib < 700, f"info peaked at {peak_mib:.0f} MiB"
 
 
