@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,7 +23,7 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 
 from ..errors import UserError
-from ..files import fsync_dir, fsync_tree, remove_tree
+from ..files import built_aside
 from .compare import Comparison
 
 MARKER = "compare.json"
@@ -49,10 +46,8 @@ def check_report_folder(out: Path) -> None:
 def write_report(comparison: Comparison, out: Path) -> list[Path]:
     """Writes the report into ``out`` (see the module docstring); returns the files, in ``out``."""
     check_report_folder(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.compare-"))
-    try:
-        names = [f"{plot}.{fmt}" for plot in PLOTS for fmt in FORMATS]
+    names = [f"{plot}.{fmt}" for plot in PLOTS for fmt in FORMATS]
+    with built_aside(out, "compare") as staging:  # an earlier report is replaced whole
         figures = (bleu_figure(comparison), forward_figure(comparison), speed_figure(comparison))
         with rc_context({"svg.fonttype": "none"}):  # SVG text stays text
             for plot, figure in zip(PLOTS, figures, strict=True):
@@ -61,25 +56,7 @@ def write_report(comparison: Comparison, out: Path) -> list[Path]:
         (staging / "report.md").write_text(markdown(comparison), encoding="utf-8")
         numbers = {"format": FORMAT, **asdict(comparison)}
         (staging / MARKER).write_text(json.dumps(numbers, indent=2), encoding="utf-8")
-        os.chmod(staging, 0o755)  # mkdtemp makes it private; a report is for reading
-        fsync_tree(staging)
-        _move_into_place(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return [out / name for name in ["report.md", *names, MARKER]]
-
-
-def _move_into_place(staging: Path, out: Path) -> None:
-    """Renames the finished report to OUT; an earlier report is moved aside, then deleted."""
-    if out.exists() and any(out.iterdir()):
-        aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.replaced-"))
-        os.replace(out, aside / out.name)
-        os.replace(staging, out)
-        fsync_dir(out.parent)
-        remove_tree(aside)
-    else:
-        os.replace(staging, out)  # onto a missing name or an empty folder
-        fsync_dir(out.parent)
 
 
 def _bucket_labels(c: Comparison, between: str) -> list[str]:
