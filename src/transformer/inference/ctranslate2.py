@@ -75,7 +75,7 @@ from ..model_dir import load_checkpoint, model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .score import ScoreResult, score_with
 from .search import Hypothesis, Stopped, gnmt_length_penalty, output_length_limits
-from .translate import TranslationResult, check_no_padding, translate_with
+from .translate import TranslationResult, check_no_padding, tokenizers_for, translate_with
 
 PATIENCE = 2.0  # beam search goes on until 2K hypotheses have finished (see above)
 
@@ -155,15 +155,9 @@ class CTranslate2Engine:
         already ``stopped`` are left out (see the module docstring)."""
         d = decode or self.decode
         limit = self.config.model.max_positions
-        tokenizers = self._tokenizers_for(d)
+        tokenizers = tokenizers_for(self.tokenizers, self.decode, d)
         return translate_with(lambda ids, forced, left: self.search_ids(ids, d, forced, left),
                               tokenizers, sentences, limit, d, prefixes, stopped)  # fmt: skip
-
-    def _tokenizers_for(self, d: DecodeConfig) -> Tokenizers:
-        """This engine's tokenizers, putting ``d.target_language``'s token before each source."""
-        if d.target_language == self.decode.target_language:
-            return self.tokenizers
-        return self.tokenizers.for_target_language(d.target_language)
 
     def score(
         self, sources: list[str], targets: list[str], decode: DecodeConfig | None = None
@@ -179,7 +173,14 @@ class CTranslate2Engine:
             return [sum(r.log_probs) for r in found]  # the pieces' and </s>'s
 
         limit = self.config.model.max_positions
-        return score_with(run, self._tokenizers_for(d), sources, targets, limit, d.length_penalty)
+        return score_with(
+            run,
+            tokenizers_for(self.tokenizers, self.decode, d),
+            sources,
+            targets,
+            limit,
+            d.length_penalty,
+        )
 
     def search_ids(
         self,

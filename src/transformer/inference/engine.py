@@ -24,7 +24,7 @@ from ..model.build import Seq2Seq
 from ..model_dir import load_checkpoint, model_dir_of
 from .score import ScoreResult, score_ids, score_with
 from .search import Stopped
-from .translate import TranslationResult, translate
+from .translate import TranslationResult, tokenizers_for, translate
 
 
 @dataclass
@@ -68,14 +68,8 @@ class TorchEngine:
         next step."""
         d = decode or self.decode
         with self.precision():
-            tokenizers = self._tokenizers_for(d)
+            tokenizers = tokenizers_for(self.tokenizers, self.decode, d)
             return translate(self.model, tokenizers, sentences, d, prefixes, stopped)
-
-    def _tokenizers_for(self, d: DecodeConfig) -> Tokenizers:
-        """This engine's tokenizers, putting ``d.target_language``'s token before each source."""
-        if d.target_language == self.decode.target_language:
-            return self.tokenizers
-        return self.tokenizers.for_target_language(d.target_language)
 
     def score(
         self, sources: list[str], targets: list[str], decode: DecodeConfig | None = None
@@ -89,7 +83,7 @@ class TorchEngine:
 
         with self.precision():
             limit = self.model.config.max_positions
-            tokenizers = self._tokenizers_for(d)
+            tokenizers = tokenizers_for(self.tokenizers, self.decode, d)
             return score_with(run, tokenizers, sources, targets, limit, d.length_penalty)
 
 

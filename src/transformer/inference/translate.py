@@ -186,6 +186,16 @@ def translate(
                           prefixes, stopped)  # fmt: skip
 
 
+def tokenizers_for(
+    tokenizers: Tokenizers, default: DecodeConfig, decode: DecodeConfig
+) -> Tokenizers:
+    """An engine's ``tokenizers`` (made for its ``default`` search) for the search ``decode``:
+    the same, or putting ``decode.target_language``'s token before each source instead."""
+    if decode.target_language == default.target_language:
+        return tokenizers
+    return tokenizers.for_target_language(decode.target_language)
+
+
 def translate_with(
     search_ids: SearchIds,
     tokenizers: Tokenizers,
