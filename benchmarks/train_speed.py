@@ -131,10 +131,10 @@ class Trainee:
             weight_decay=0.0, fused=True,
         )  # fmt: skip
         if name == "ours":  # the loop's loss: fused with the final linear layer (chunked_loss.py)
-            forward: nn.Module = TrainingLoss(model, 0.1, loss_chunk)
+            self.forward: nn.Module = TrainingLoss(model, 0.1, loss_chunk, compile=compiled)
         else:
-            forward = _LogitsLoss(model)
-        self.forward = torch.compile(forward) if compiled else forward
+            reference = _LogitsLoss(model)
+            self.forward = torch.compile(reference, dynamic=True) if compiled else reference
         model.train()
 
     def step(self, batch: tuple) -> None:

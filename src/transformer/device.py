@@ -21,6 +21,9 @@ from __future__ import annotations
 import os
 import random
 import re
+import shutil
+import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
@@ -147,6 +150,31 @@ def resolve_precision(
         )
     why = f"this CPU has {flag} and d_model {d_model} >= {BF16_MIN_D_MODEL}"
     return "bf16", f"precision auto: bf16, {why}"
+
+
+def why_not_compiled(device: torch.device) -> str | None:
+    """Why ``torch.compile`` cannot run on ``device`` here, or None: on a CPU its inductor
+    backend builds C++ (a compiler on PATH: $CXX, g++, c++ or clang++); on a GPU, Triton."""
+    if device.type == "cpu":
+        names = [os.environ.get("CXX", ""), "g++", "c++", "clang++"]
+        if not any(shutil.which(name) for name in names if name):
+            return "no C++ compiler ($CXX, g++, c++ or clang++) on PATH"
+        return None
+    try:
+        import triton  # noqa: F401  (bundled with PyTorch's CUDA wheels)
+    except ImportError:
+        return "Triton is not installed"
+    return None
+
+
+def compiled(fn: Callable, device: torch.device, what: str) -> Callable:
+    """``torch.compile(fn, dynamic=True)``, or ``fn`` itself with one line on stderr where
+    ``why_not_compiled`` says it cannot be (the same numbers, eagerly)."""
+    why = why_not_compiled(device)
+    if why is not None:
+        print(f"transformer: {what} runs uncompiled: {why}", file=sys.stderr)
+        return fn
+    return torch.compile(fn, dynamic=True)
 
 
 def autocast(device: torch.device, precision: str) -> AbstractContextManager:

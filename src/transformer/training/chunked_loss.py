@@ -24,12 +24,51 @@ chunk, D model width, V target vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..device import compiled
 from ..vocab import PAD_ID
 from .loss import LossSums, label_smoothed_nll
+
+
+def chunk_loss_and_grad(
+    z: Tensor, index: Tensor, epsilon: float, impossible: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The loss of one chunk of logits and its gradient, in fp32 whatever the logits' type.
+
+    Few passes over the (C, V) block, which bound the loss's time (docs/speed.md): one softmax
+    gives p, whose value at each row's largest logit (at least 1/V, so never rounded to 0)
+    gives log Σ exp z without a separate log-sum-exp, and p becomes the gradient in place.
+    Padding rows are left to the caller. ``TrainingLoss(compile=True)`` compiles this function
+    into a few fused kernels.
+
+    Args:
+        z: logits (C, V), fp32 or the autocast type; index: correct ids (C, 1).
+        impossible: ids whose logit is −inf, left out of the smoothing (None: none).
+    Shape:
+        returns −log p_y (C, 1), the label-smoothed loss (C, 1) and ∂loss/∂z (C, V) in z's type.
+    """
+    possible = z.size(-1) - (0 if impossible is None else impossible.numel())  # V'
+    z_type, z = z.dtype, z.float()  # (C, V) fp32: a CPU reduces bf16 rows 10x slower
+    kept = z if impossible is None else z.index_fill(1, impossible, 0.0)
+    z_sum = kept.sum(dim=-1, keepdim=True)  # (C, 1) Σ over the V' ids
+    z_y = z.gather(1, index)  # (C, 1)
+    top, at_top = z.max(dim=-1, keepdim=True)  # (C, 1) each row's largest logit
+    p = torch.softmax(z, dim=-1)  # (C, V)
+    del z, kept
+    lse = top - p.gather(1, at_top).log()  # (C, 1) log Σ_v exp z_v
+    nll = lse - z_y  # (C, 1) −log p_y
+    uniform = lse - z_sum / possible  # (C, 1) mean over the V' ids of −log p_v
+    loss = (1.0 - epsilon) * nll + epsilon * uniform
+    p.scatter_add_(1, index, torch.full_like(lse, epsilon - 1.0))  # −(1 − ε) at y
+    grad = p.sub_(epsilon / possible)  # (C, V) ∂loss/∂z = p − (1 − ε)·[v = y] − ε/V'
+    if impossible is not None:
+        grad.index_fill_(1, impossible, 0.0)  # p = 0 there, and no smoothing mass
+    return nll, loss, grad.to(z_type)
 
 
 class _LinearLabelSmoothedNll(torch.autograd.Function):
@@ -37,8 +76,9 @@ class _LinearLabelSmoothedNll(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx, hidden, weight, bias, target, epsilon, chunk, ignore_index, impossible, grad_enabled
-    ):
+        ctx, hidden, weight, bias, target, epsilon, chunk, ignore_index, impossible, grad_enabled,
+        loss_and_grad,
+    ):  # fmt: skip
         device = hidden.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         # needs_input_grad is True under no_grad too: the caller's grad mode decides
@@ -46,43 +86,33 @@ class _LinearLabelSmoothedNll(torch.autograd.Function):
         with torch.autocast(device, enabled=False):  # the casts are made here, once
             w = weight.to(dtype) if dtype else weight  # (V, D)
             b = bias.to(dtype) if dtype is not None and bias is not None else bias  # (V,)
-            grad_h = torch.zeros_like(hidden) if need_h else None  # (N, D)
+            grad_h = torch.empty_like(hidden) if need_h else None  # (N, D)
             grad_w = torch.zeros_like(weight) if need_w else None  # (V, D)
             grad_b = torch.zeros_like(bias) if need_b else None  # (V,)
             keep_all = (target != ignore_index)[:, None]  # (N, 1) padding masked, not removed
             nll = torch.empty(keep_all.shape, device=hidden.device)  # (N, 1) −log p_y
-            possible = weight.size(0) - (0 if impossible is None else impossible.numel())  # V'
             loss = torch.empty_like(nll)  # (N, 1) label-smoothed
             for start in range(0, hidden.size(0), chunk):
                 rows = slice(start, start + chunk)
                 h = hidden[rows].to(dtype) if dtype else hidden[rows]  # (C, D)
                 keep = keep_all[rows]  # (C, 1)
                 index = target[rows].clamp(min=0)[:, None]  # (C, 1) a valid id at padding too
-                z = F.linear(h, w, b).float()  # (C, V)
-                lse = z.logsumexp(dim=-1, keepdim=True)  # (C, 1)
-                nll[rows] = lse - z.gather(1, index)
-                if impossible is None:
-                    uniform = lse - z.mean(dim=-1, keepdim=True)  # (C, 1) mean_v −log p_v
-                else:  # (C, 1) the mean over the V' tokens that can be produced
-                    kept = z.index_fill(1, impossible, 0.0).sum(dim=-1, keepdim=True)
-                    uniform = lse - kept / possible
-                loss[rows] = (1.0 - epsilon) * nll[rows] + epsilon * uniform
+                z = F.linear(h, w, b)  # (C, V)
+                nll[rows], loss[rows], g = loss_and_grad(z, index, epsilon, impossible)
+                del z  # one (C, V) block alive between chunks: g
                 if not (need_h or need_w or need_b):
                     continue
-                g = z.sub_(lse).exp_()  # (C, V) p, in the logits' memory
-                g.scatter_add_(1, index, torch.full_like(lse, epsilon - 1.0))  # −(1 − ε) at y
-                g.sub_(epsilon / possible).mul_(keep)  # (C, V) ∂loss/∂z
-                if impossible is not None:
-                    g.index_fill_(1, impossible, 0.0)  # p = 0 there, and no smoothing mass
-                g = g.to(dtype) if dtype else g
+                # Padding rows get no gradient: their rows of H (C, D) are zeroed, not g's (C, V).
+                h = h * keep
                 if need_h:
-                    grad_h[rows] = g @ w  # (C, D)
+                    grad_h[rows] = (g @ w) * keep  # (C, D)
                 if need_w and g.dtype == grad_w.dtype:  # fp32: the sum inside the product
                     grad_w.addmm_(g.t(), h)  # (V, D)
                 elif need_w:  # the chunks' bf16 products summed in fp32
                     grad_w.add_(g.t() @ h)  # (V, D)
                 if need_b:
-                    grad_b.add_(g.sum(dim=0))  # (V,)
+                    grad_b.add_((g * keep).sum(dim=0))  # (V,)
+                del g
             loss = torch.where(keep_all, loss, 0.0).sum()
             nll = torch.where(keep_all, nll, 0.0).sum()
         ctx.save_for_backward(grad_h, grad_w, grad_b)
@@ -93,7 +123,7 @@ class _LinearLabelSmoothedNll(torch.autograd.Function):
     def backward(ctx, grad_loss, _grad_nll):
         grad_h, grad_w, grad_b = ctx.saved_tensors
         scaled = [g * grad_loss if g is not None else None for g in (grad_h, grad_w, grad_b)]
-        return *scaled, None, None, None, None, None, None
+        return *scaled, None, None, None, None, None, None, None
 
 
 def linear_label_smoothed_nll(
@@ -104,6 +134,7 @@ def linear_label_smoothed_nll(
     chunk: int,
     ignore_index: int = PAD_ID,
     impossible: Tensor | None = None,
+    loss_and_grad: Callable = chunk_loss_and_grad,
 ) -> LossSums:
     """``label_smoothed_nll(output(hidden), target, epsilon)`` without the whole (N, V) logits.
 
@@ -115,6 +146,7 @@ def linear_label_smoothed_nll(
         chunk: target positions computed at once (C).
         impossible: ids whose logit is always −inf (``loss.impossible_tokens``), left out of
             the smoothing; None: every id may be produced.
+        loss_and_grad: ``chunk_loss_and_grad``, or the same compiled.
     Shape:
         returns scalar sums and the token count; ``nll`` carries no gradient.
     """
@@ -122,7 +154,7 @@ def linear_label_smoothed_nll(
     target = target.reshape(-1)  # (N,)
     loss, nll = _LinearLabelSmoothedNll.apply(
         hidden, output.weight, output.bias, target, epsilon, chunk, ignore_index, impossible,
-        torch.is_grad_enabled(),
+        torch.is_grad_enabled(), loss_and_grad,
     )  # fmt: skip
     return LossSums(loss=loss, nll=nll, n_tokens=(target != ignore_index).sum())
 
@@ -134,16 +166,31 @@ class TrainingLoss(nn.Module):
     With ``chunk`` > 0 the final linear layer is fused into the loss (``model.hidden_states``
     and ``model.output``); with 0 the model makes the whole logits and ``loss.py`` scores them.
     ``impossible``: ids whose logit is always −inf (``loss.impossible_tokens``).
+
+    ``compile`` (``runtime.compile``): ``torch.compile`` the model's forward pass and, with
+    chunks, ``chunk_loss_and_grad``, each once for any batch shape (``dynamic=True``). The loop
+    over the chunks stays in Python: compiled whole, it would be compiled again for every
+    number of chunks a batch has. Without a compiler it runs uncompiled (``device.compiled``).
     """
 
     def __init__(
-        self, model: nn.Module, epsilon: float, chunk: int, impossible: Tensor | None = None
-    ) -> None:
+        self, model: nn.Module, epsilon: float, chunk: int, impossible: Tensor | None = None,
+        compile: bool = False,
+    ) -> None:  # fmt: skip
         super().__init__()
         self.model = model
         self.epsilon = epsilon
         self.chunk = chunk
         self.impossible = impossible
+        self.hidden_states, self.logits = model.hidden_states, model.forward
+        self.loss_and_grad = chunk_loss_and_grad
+        if compile:
+            device = next(model.parameters()).device
+            if chunk:
+                self.hidden_states = compiled(model.hidden_states, device, "the model")
+                self.loss_and_grad = compiled(chunk_loss_and_grad, device, "the loss")
+            else:
+                self.logits = compiled(model.forward, device, "the model")
 
     def forward(self, src_ids: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> LossSums:
         """Args:
@@ -152,10 +199,10 @@ class TrainingLoss(nn.Module):
             returns the sums of loss.py over the batch's real target tokens.
         """
         if self.chunk == 0:
-            logits = self.model(src_ids, tgt_in)  # (B, T, V)
+            logits = self.logits(src_ids, tgt_in)  # (B, T, V)
             return label_smoothed_nll(logits, tgt_out, self.epsilon, impossible=self.impossible)
-        hidden = self.model.hidden_states(src_ids, tgt_in)  # (B, T, D)
+        hidden = self.hidden_states(src_ids, tgt_in)  # (B, T, D)
         return linear_label_smoothed_nll(
             hidden, self.model.output, tgt_out, self.epsilon, self.chunk,
-            impossible=self.impossible,
+            impossible=self.impossible, loss_and_grad=self.loss_and_grad,
         )  # fmt: skip

@@ -205,10 +205,10 @@ def run_job(job: Job) -> TrainResult:
                        precision_reason=why)  # fmt: skip
     # Never-produced ids (an imported model's padding row), left out of label smoothing: read
     # from the weights once they are loaded, from --init_from or from the checkpoint resumed.
-    with_loss = TrainingLoss(model, t.label_smoothing, runtime.loss_chunk, impossible_tokens(model))
-    trained = DDP(with_loss, device_ids=[device] if device.type == "cuda" else None) if (
+    with_loss = TrainingLoss(model, t.label_smoothing, runtime.loss_chunk, impossible_tokens(model),
+                             compile=runtime.compile)  # fmt: skip
+    forward = DDP(with_loss, device_ids=[device] if device.type == "cuda" else None) if (
         world.distributed) else with_loss  # fmt: skip
-    forward = torch.compile(trained, dynamic=True) if runtime.compile else trained
     first_step = state.step
     watch = Divergence(device, check_grad_norm=not scaler.is_enabled())
 
@@ -262,7 +262,7 @@ def run_job(job: Job) -> TrainResult:
             for j, indices in enumerate(mine):
                 batch = data.train.batch(indices).to(device)
                 last = j == len(mine) - 1  # DDP averages the gradients after the last one only
-                with nullcontext() if last or not world.distributed else trained.no_sync():
+                with nullcontext() if last or not world.distributed else forward.no_sync():
                     with autocast(device, precision):
                         sums = forward(batch.src, batch.tgt_in, batch.tgt_out)
                     scaler.scale(sums.loss * world.size / n_tokens).backward()

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Everything this project checks and measures on a CUDA GPU, in one command (about 8 minutes on
+# an H100). Run from the repository root on a machine with a GPU and PyTorch with CUDA:
+#
+#     benchmarks/gpu_checks.sh OUT [PART...]      # PART: tests cli profile speed decode multi30k
+#
+# tests     pytest -m gpu (training, exact resume in fp32/bf16/fp16, GPU-trained = CPU-translated,
+#           compiled = eager, serving on the GPU)
+# cli       the command line as a user runs it: short trainings with --device cuda in each
+#           precision, a resume, and the GPU-trained model translating on the CPU
+# profile   benchmarks/profile_step.py: where the bf16 `base` step's time goes (host and device)
+# speed     benchmarks/train_speed.py: ours against nn.Transformer, fp32 and bf16, MFU
+# decode    benchmarks/decode_speed.py --device cuda
+# multi30k  two minutes of `base` on Multi30k de-en, bf16, compiled, through the real loop (needs the
+#           corpus in MULTI30K_DIR, default .gpu/data)
+#
+# Each part writes its log to OUT/PART.log; results/*.md files are copied to OUT.
+set -uo pipefail
+OUT=${1:?usage: benchmarks/gpu_checks.sh OUT [PART...]}
+shift
+PARTS=${*:-tests cli profile speed decode multi30k}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+PY=${PYTHON:-python3}
+python() { "$PY" "$@"; }
+RUNS=$(mktemp -d)
+
+part() {  # part NAME SECONDS COMMAND...: runs COMMAND under a time limit, logs to OUT/NAME.log
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name ($(date +%T))"
+    local start=$SECONDS
+    timeout "$limit" bash -c "$*" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "== $name: exit $rc after $((SECONDS - start)) s"
+    tail -n 25 "$OUT/$name.log"
+}
+export -f python
+export PY
+
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+python -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+
+for p in $PARTS; do
+    case $p in
+    tests)
+        part tests 300 python -m pytest -q -p no:cacheprovider -m gpu tests/test_device.py \
+            tests/test_serve_process.py ;;
+    tests-compiled)
+        part tests-compiled 300 python -m pytest -q -p no:cacheprovider -m gpu \
+            tests/test_device.py -k compiled ;;
+    cli)
+        part cli 240 "set -e
+            for precision in fp32 bf16 fp16; do
+                python -m transformer train --out $RUNS/\$precision --config numbers \
+                    --device cuda --precision \$precision --max_steps 300 --log_every 100 \
+                    --validate_every 300 --save_every 150 --bleu_sentences 50
+            done
+            python -m transformer train --out $RUNS/bf16 --resume --max_steps 400 --device cuda
+            printf 'twelve\nseven hundred and one\nthree thousand and forty-two\n' >$RUNS/in.txt
+            python -m transformer translate $RUNS/bf16 --device cpu <$RUNS/in.txt
+            python -m transformer translate $RUNS/bf16 --device cuda <$RUNS/in.txt" ;;
+    profile)
+        part profile 240 "cd benchmarks && python profile_step.py --device cuda --preset base \
+            --batch 400 --precision bf16 --models ours,nn.Transformer --steps 10 --rounds 3 \
+            --trace $RUNS/trace --report $OUT/profile_step_cuda.md && \
+            gzip -c $RUNS/trace/trace_ours_bf16.json >$OUT/trace_ours_bf16.json.gz" ;;
+    profile-compiled)
+        part profile-compiled 300 "cd benchmarks && python profile_step.py --device cuda \
+            --preset base --batch 400 --precision bf16 --models ours,nn.Transformer --compile \
+            --steps 10 --rounds 3 --report $OUT/profile_step_cuda_compiled.md" ;;
+    speed)
+        part speed 300 "cd benchmarks && python train_speed.py --device cuda --preset base \
+            --batch 400 --steps 20 --rounds 3 --no-compile --report $OUT/train_speed_cuda.md" ;;
+    speed-compiled)
+        part speed-compiled 420 "cd benchmarks && python train_speed.py --device cuda \
+            --preset base --batch 400 --steps 20 --rounds 3 --precisions bf16 \
+            --report $OUT/train_speed_cuda_compiled.md" ;;
+    decode)
+        part decode 180 "cd benchmarks && python decode_speed.py --device cuda --preset base \
+            --vocab 32000 --sentences 256 --batch-size 64 --repeats 2" ;;
+    multi30k)
+        part multi30k 240 "python -m transformer train --out $RUNS/m30k --config multi30k-de-en \
+            --data.data_dir ${MULTI30K_DIR:-.gpu/data} --preset base --device cuda \
+            --precision bf16 --runtime.compile true --max_tokens 16384 --max_minutes 2 --log_every 50 \
+            --validate_every 100000 --save_every 100000 --bleu_sentences 200 --warmup_steps 400 \
+            && python -m transformer evaluate $RUNS/m30k --device cuda -o $RUNS/m30k.hyp ; \
+            cp $RUNS/m30k/metrics.jsonl $OUT/multi30k_metrics.jsonl" ;;
+    *) echo "unknown part $p" ;;
+    esac
+done

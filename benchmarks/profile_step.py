@@ -1,0 +1,206 @@
+"""Where one training step's time goes: torch.profiler over the training loop's own step.
+
+    python3 benchmarks/profile_step.py --device cuda --preset base --batch 400 --precision bf16
+    .venv/bin/python benchmarks/profile_step.py --preset small --batch 32 --threads 2
+
+The step is the loop's (training/loop.py): the model and its loss as one ``TrainingLoss`` (the
+final linear layer fused into the loss, ``runtime.loss_chunk``), autocast, the GradScaler,
+``clip_gradients``, the divergence watch and the metrics' running sums, then the fused AdamW of
+``make_optimizer``. ``--models`` can add the same model on ``nn.Transformer`` scoring its whole
+logits (train_speed.py's reference). Batches as in train_speed.py: ``--batch`` sentences of
+``--length`` source and ``--length`` target tokens, a tenth of them padding.
+
+For each model: the wall-clock time per step without the profiler (best of ``--rounds``), then
+one profiled stretch of ``--steps`` steps: operator calls and, on a GPU, kernel launches per
+step and the GPU's busy time (the sum of its kernels' times). Wall time minus busy time is the
+time the GPU waited for the host: the host overhead. The tables list the operators with the
+most self time on the device and on the host. Writes ``--report`` (default
+results/profile_step_DEVICE.md) and, with ``--trace``, a Chrome trace per model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+from train_speed import TorchTransformer, _LogitsLoss, batches, forward_flops, matmul_peak
+
+from transformer.config import ModelConfig, RuntimeConfig, TrainConfig
+from transformer.device import DTYPES, autocast, grad_scaler
+from transformer.model import Transformer
+from transformer.training.chunked_loss import TrainingLoss
+from transformer.training.divergence import Divergence
+from transformer.training.metrics import Meter
+from transformer.training.optimizer import clip_gradients, make_optimizer
+
+RESULTS = Path(__file__).parent / "results"
+
+
+class LoopStep:
+    """One training step as training/loop.py takes it, for ``ours``; the reference gets the same
+    optimizer, clipping and precision around its own forward pass and loss."""
+
+    def __init__(self, name: str, config: ModelConfig, device: torch.device, precision: str,
+                 loss_chunk: int, compiled: bool) -> None:  # fmt: skip
+        torch.manual_seed(0)
+        self.name, self.device, self.precision = name, device, precision
+        self.train = TrainConfig()
+        if name == "ours":
+            self.model = Transformer(config).to(device)
+            self.forward = TrainingLoss(self.model, 0.1, loss_chunk, compile=compiled)
+        else:
+            self.model = TorchTransformer(config).to(device)
+            reference = _LogitsLoss(self.model)
+            self.forward = torch.compile(reference, dynamic=True) if compiled else reference
+        self.optimizer = make_optimizer(self.model, self.train)
+        for group in self.optimizer.param_groups:
+            group["lr"] = 1e-4
+        self.scaler = grad_scaler(device, precision)
+        self.watch = Divergence(device, check_grad_norm=not self.scaler.is_enabled())
+        self.meter = Meter(device)
+        self.model.train()
+
+    def __call__(self, batch: tuple, step: int) -> None:
+        src, tgt_in, tgt_out = batch
+        self.optimizer.zero_grad(set_to_none=True)
+        with autocast(self.device, self.precision):
+            sums = self.forward(src, tgt_in, tgt_out)
+        n_tokens = tgt_out.numel()  # the loop counts them on the CPU; any constant will do here
+        self.scaler.scale(sums.loss / n_tokens).backward()
+        self.watch.loss(step, sums.loss)
+        self.meter.add(sums, 0)
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = clip_gradients(self.model, self.train.clip_norm)
+        self.watch.grad_norm(step, grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def wall_time(step: LoopStep, data: list, steps: int, rounds: int) -> float:
+    """Seconds per step, the best of ``rounds`` stretches of ``steps`` steps."""
+    best = float("inf")
+    for _ in range(rounds):
+        _sync(step.device)
+        start = time.perf_counter()
+        for i in range(steps):
+            step(data[i % len(data)], i + 1)
+        _sync(step.device)
+        best = min(best, (time.perf_counter() - start) / steps)
+    return best
+
+
+def profiled(step: LoopStep, data: list, steps: int, trace: Path | None) -> dict:
+    """Operator calls, kernels and busy device time per step, and the top operators."""
+    gpu = step.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    _sync(step.device)
+    with profile(activities=activities) as prof:
+        for i in range(steps):
+            step(data[i % len(data)], i + 1)
+        _sync(step.device)
+    if trace is not None:
+        prof.export_chrome_trace(str(trace))
+    events = prof.events()
+    aten_calls = sum(1 for e in events if e.name.startswith("aten::"))
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy_us = sum(e.device_time for e in kernels) if gpu else 0.0
+    averages = prof.key_averages()
+    by_device = sorted(averages, key=lambda e: -e.self_device_time_total)[:15] if gpu else []
+    by_host = sorted(averages, key=lambda e: -e.self_cpu_time_total)[:15]
+    return {
+        "aten_calls": aten_calls / steps,
+        "kernels": len(kernels) / steps,
+        "busy_ms": busy_us / 1000 / steps,
+        "by_device": [
+            (e.key, e.self_device_time_total / 1000 / steps, e.count / steps) for e in by_device
+        ],  # fmt: skip
+        "by_host": [
+            (e.key, e.self_cpu_time_total / 1000 / steps, e.count / steps) for e in by_host
+        ],  # fmt: skip
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--models", default="ours", help="ours and/or nn.Transformer")
+    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--batch", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--length", type=int, default=64, help="tokens per sentence (padded)")
+    parser.add_argument("--precision", default="fp32", choices=list(DTYPES))
+    parser.add_argument("--loss-chunk", type=int, default=RuntimeConfig().loss_chunk)
+    parser.add_argument("--compile", action="store_true", help="torch.compile the forward pass")
+    parser.add_argument("--steps", type=int, default=None, help="steps per timed stretch")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--trace", type=Path, default=None, help="folder for Chrome traces")
+    parser.add_argument("--report", type=Path, default=None)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    gpu = device.type == "cuda"
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    config = ModelConfig.preset(args.preset, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab,
+                                share_embeddings=True)  # fmt: skip
+    data = batches(config, args.batch, args.length, 4, device)
+    steps = args.steps or (20 if gpu else 3)
+    flops = 3 * forward_flops(config, args.batch, args.length, args.length)
+    peak = matmul_peak(device, DTYPES[args.precision])
+    tokens = args.batch * 2 * args.length
+    lines = [
+        f"Device: {torch.cuda.get_device_name(device) if gpu else 'CPU'} "
+        f"({torch.get_num_threads()} threads), torch {torch.__version__}; preset {args.preset}, "
+        f"vocabulary {args.vocab:,} shared; batches of {args.batch} x {args.length} source + "
+        f"target tokens ({tokens:,}); {args.precision}; ours with loss_chunk {args.loss_chunk}; "
+        f"compile {'yes' if args.compile else 'no'}; {args.precision} matmul peak "
+        f"{peak / 1e12:.1f} TFLOP/s.",
+        "",
+        "| model | ms/step | tokens/s | MFU | aten calls/step | kernels/step | GPU busy "
+        "ms/step | host overhead (wall − busy) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    details = []
+    for name in args.models.split(","):
+        step = LoopStep(name, config, device, args.precision, args.loss_chunk, args.compile)
+        for i in range(3 if gpu else 1):  # warm-up: allocator, cuBLAS handles, compilation
+            step(data[i % len(data)], i + 1)
+        seconds = wall_time(step, data, steps, args.rounds)
+        trace = args.trace / f"trace_{name}_{args.precision}.json" if args.trace else None
+        if trace is not None:
+            trace.parent.mkdir(parents=True, exist_ok=True)
+        p = profiled(step, data, steps, trace)
+        ms = 1000 * seconds
+        idle = ms - p["busy_ms"]
+        overhead = f"{idle:.1f} ms ({100 * idle / ms:.0f}%)" if gpu else "–"
+        lines.append(
+            f"| {name} | {ms:.1f} | {tokens / seconds:,.0f} | {100 * flops / seconds / peak:.1f}% "
+            f"| {p['aten_calls']:,.0f} | {p['kernels']:,.0f} | "
+            f"{p['busy_ms']:.1f} | {overhead} |"
+        )
+        for title, key in (("device", "by_device"), ("host", "by_host")):
+            if not p[key]:
+                continue
+            details += ["", f"{name}: self {title} time per step, the 15 largest", "",
+                        "| operator | ms/step | calls/step |", "|---|---|---|"]  # fmt: skip
+            details += [f"| `{k[:90]}` | {t:.2f} | {c:.0f} |" for k, t, c in p[key]]
+        print(lines[-1], flush=True)
+        del step
+    text = "\n".join(lines + details) + "\n"
+    print(text)
+    report = args.report or RESULTS / f"profile_step_{device.type}.md"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
