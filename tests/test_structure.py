@@ -145,6 +145,7 @@ def test_the_top_level_keeps_its_names():
 # folder (mkdir: it replaces nothing, and what is written into it goes through the gate), and
 # libraries that write on their own into a folder the gate made for them (CTranslate2's
 # spec.save into an export being built, TensorBoard's event files in a run's tensorboard/).
+# Path.replace cannot be told from str.replace by its name: the package writes os.replace.
 GATE = {"transformer.files", "transformer.temporaries"}
 WRITING_CALLS = {
     "os.replace", "os.rename", "os.renames", "os.remove", "os.unlink", "os.rmdir",
@@ -180,7 +181,7 @@ def direct_writes(source: str, module: str) -> list[tuple[int, str]]:
     names: dict[str, str] = {}  # local name -> what it was imported as
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {a.asname or a.name.split(".")[0]: a.asname and a.name or a.name.split(".")[0]
+            names |= {a.asname or a.name.split(".")[0]: a.name if a.asname else a.name.split(".")[0]
                       for a in node.names}  # fmt: skip
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names |= {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names}

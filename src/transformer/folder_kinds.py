@@ -21,8 +21,8 @@ from pathlib import Path
 KINDS = ("run", "export", "import", "report")  # the project folders that carry a marker
 WHOLE = ("export", "import", "report")  # the kinds a command replaces whole
 _RUN_FOLDERS = ("checkpoints", "tokenizer")
-# A report made before reports had a kind marker holds its numbers in compare.json.
-_OLDER_REPORT = "compare.json"
+# A report made before reports had a kind marker: its page and its numbers.
+_OLDER_REPORT = ("report.md", "compare.json")
 
 
 def marker_name(kind: str) -> str:
@@ -36,7 +36,7 @@ def folder_kind(path: str | Path) -> str | None:
 
     Folders made before markers existed are recognised by their layout: a run by ``config.json``
     beside ``checkpoints/`` or ``tokenizer/`` (an export, which has both too, has always had a
-    marker), a report by its ``compare.json``.
+    marker), a report by its ``report.md`` beside ``compare.json``.
     """
     path = Path(path)
     if not path.is_dir():
@@ -46,7 +46,7 @@ def folder_kind(path: str | Path) -> str | None:
             return kind
     if (path / "config.json").is_file() and any((path / d).is_dir() for d in _RUN_FOLDERS):
         return "run"
-    if (path / _OLDER_REPORT).is_file():
+    if all((path / name).is_file() for name in _OLDER_REPORT):
         return "report"
     return None
 
