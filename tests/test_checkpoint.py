@@ -6,6 +6,7 @@ import random
 import pytest
 import torch
 
+from transformer import files
 from transformer import model_dir as ckpt
 from transformer.config import ModelConfig, RunConfig
 from transformer.errors import UserError
@@ -89,11 +90,11 @@ def test_a_crash_while_saving_leaves_the_last_good_checkpoint(tmp_path, monkeypa
     ckpt.update_index(tmp_path, last="step_00000001")
 
     def crash(path, mode="r", *args, **kwargs):
-        if "w" in mode and str(path).endswith("config.json"):  # after the weights were written
+        if "x" in mode and ".config.json." in str(path):  # after the weights were written
             raise KeyboardInterrupt("killed mid-save")
         return open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(ckpt, "open", crash, raising=False)
+    monkeypatch.setattr(files, "open", crash, raising=False)  # the write gate's
     with pytest.raises(KeyboardInterrupt):
         ckpt.save_checkpoint(tmp_path, "step_00000002", model, cfg, None)
     assert not (tmp_path / "step_00000002").exists()
@@ -101,7 +102,7 @@ def test_a_crash_while_saving_leaves_the_last_good_checkpoint(tmp_path, monkeypa
     assert ckpt.load_checkpoint(tmp_path / "step_00000001").config == cfg
     monkeypatch.undo()
     training_checkpoint.prune_checkpoints(tmp_path, keep=5)
-    assert not list(tmp_path.glob(".tmp-*"))
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 def test_missing_or_empty_model_directory_is_a_clear_error(tmp_path):

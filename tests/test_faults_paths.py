@@ -24,9 +24,10 @@ from pathlib import Path
 import pytest
 
 from transformer.config import ModelConfig
+from transformer.files import mark_folder
+from transformer.folder_kinds import folder_kind
 from transformer.inspect.info import parameter_count, parameter_table
 from transformer.model import Transformer
-from transformer.model_dir import folder_kind, mark_folder
 
 from helpers import TINY_NUMBERS, Result, cli_process, one_line_error, snapshot
 from helpers import cli_main as cli

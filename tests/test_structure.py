@@ -7,6 +7,7 @@ import ast
 import importlib
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,160 @@ def test_the_top_level_keeps_its_names():
 
     assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
     assert Transformer(ModelConfig.preset("tiny", src_vocab_size=10, tgt_vocab_size=10))
+
+
+# ---------------------------------------------------------- every write goes through the gate
+# The write gate (files.py and what it puts aside, temporaries.py) is the only code that may
+# write, rename or delete on disk: there the rule that keeps a user's files is applied
+# (docs/reliability.md). Anywhere else these are direct writes. Not listed: making an empty
+# folder (mkdir: it replaces nothing, and what is written into it goes through the gate), and
+# libraries that write on their own into a folder the gate made for them (CTranslate2's
+# spec.save into an export being built, TensorBoard's event files in a run's tensorboard/).
+# Path.replace cannot be told from str.replace by its name: the package writes os.replace.
+GATE = {"transformer.files", "transformer.temporaries"}
+WRITING_CALLS = {
+    "os.replace", "os.rename", "os.renames", "os.remove", "os.unlink", "os.rmdir",
+    "os.removedirs", "os.truncate", "os.ftruncate", "os.link", "os.symlink", "os.mkfifo",
+    "os.mknod", "shutil.rmtree", "shutil.move", "shutil.copy", "shutil.copy2", "shutil.copyfile",
+    "shutil.copytree", "tempfile.mkstemp", "tempfile.mkdtemp", "tempfile.TemporaryDirectory",
+    "tempfile.NamedTemporaryFile", "torch.save", "numpy.save", "numpy.savez",
+    "numpy.savez_compressed", "numpy.savetxt", "safetensors.torch.save_file",
+    "safetensors.numpy.save_file", "urllib.request.urlretrieve",
+}  # fmt: skip
+WRITING_METHODS = {"write_text", "write_bytes", "unlink", "rmdir", "rename", "touch",
+                   "symlink_to", "hardlink_to", "savefig", "tofile", "export_chrome_trace",
+                   "save_file"}  # fmt: skip
+OPENERS = {"open": 1, "io.open": 1, "os.fdopen": 1, "gzip.open": 1, "bz2.open": 1,
+           "lzma.open": 1}  # the position of their mode argument  # fmt: skip
+WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_APPEND"}
+IN_MEMORY = {"io.BytesIO", "io.StringIO"}
+# (module, call): why it writes outside the gate. Keep this short and every reason true.
+OUTSIDE_THE_GATE = {
+    ("transformer.inference.ctranslate2", "tempfile.TemporaryDirectory"):
+        "converts a model for CTranslate2 in a private folder of the system's temporary "
+        "directory, deleted when the block ends: no path a user named or owns",
+    ("transformer.cli.main", "os.open"):
+        "opens /dev/null for standard output once its reader has gone (a broken pipe): no file",
+}  # fmt: skip
+
+
+def direct_writes(source: str, module: str) -> list[tuple[int, str]]:
+    """(line, call) of every write, rename or deletion on disk in ``source``, the calls named by
+    the module's own import names (``import numpy as np``: ``np.save`` is ``numpy.save``).
+    Writes into an in-memory buffer (``io.BytesIO()``, or a name bound to one) are not."""
+    tree = ast.parse(source)
+    names: dict[str, str] = {}  # local name -> what it was imported as
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.asname or a.name.split(".")[0]: a.name if a.asname else a.name.split(".")[0]
+                      for a in node.names}  # fmt: skip
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names |= {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names}
+
+    def dotted(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Name):
+            return names.get(node.id, node.id)
+        if isinstance(node, ast.Attribute):
+            base = dotted(node.value)
+            return f"{base}.{node.attr}" if base else None
+        return None
+
+    buffers = {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+               and isinstance(node.value, ast.Call) and dotted(node.value.func) in IN_MEMORY
+               for target in node.targets if isinstance(target, ast.Name)}  # fmt: skip
+
+    def in_memory(call: ast.Call) -> bool:
+        values = [*call.args, *(k.value for k in call.keywords)]
+        return any(
+            (isinstance(v, ast.Name) and v.id in buffers)
+            or (isinstance(v, ast.Call) and dotted(v.func) in IN_MEMORY)
+            for v in values
+        )
+
+    def mode_writes(call: ast.Call, position: int) -> bool:
+        mode = next((k.value for k in call.keywords if k.arg == "mode"), None)
+        if mode is None and len(call.args) > position:
+            mode = call.args[position]
+        if mode is None:
+            return False  # the default: read
+        if isinstance(mode, ast.Constant) and isinstance(mode.value, str):
+            return any(c in mode.value for c in "wax+")
+        return position == 1  # a mode computed at run time may write (not ``X.open(path)``)
+
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or in_memory(node):
+            continue
+        name = dotted(node.func)
+        method = node.func.attr if isinstance(node.func, ast.Attribute) else None
+        flags = {n.attr if isinstance(n, ast.Attribute) else getattr(n, "id", None)
+                 for arg in node.args[1:2] for n in ast.walk(arg)}  # fmt: skip
+        if (
+            name in WRITING_CALLS
+            or (name in OPENERS and mode_writes(node, OPENERS[name]))
+            or (name == "os.open" and flags & WRITE_FLAGS)
+            or (name not in WRITING_CALLS | set(OPENERS) and method in WRITING_METHODS)
+            or (name not in OPENERS and method == "open" and mode_writes(node, 0))
+        ):
+            known = name in WRITING_CALLS | set(OPENERS) | {"os.open"}
+            found.append((node.lineno, node.col_offset, name if known else f".{method}"))
+    return [(line, call) for line, _, call in sorted(found)]
+
+
+def test_every_write_goes_through_the_gate():
+    outside = {}
+    for module, path in MODULES.items():
+        if module not in GATE:
+            for line, call in direct_writes(path.read_text(encoding="utf-8"), module):
+                outside.setdefault((module, call), []).append(line)
+    assert {key: lines for key, lines in outside.items() if key not in OUTSIDE_THE_GATE} == {}
+    assert set(OUTSIDE_THE_GATE) <= set(outside), "an exception that no longer applies"
+    assert all(len(reason) > 20 for reason in OUTSIDE_THE_GATE.values())
+
+
+def test_a_direct_write_would_be_found():
+    source = textwrap.dedent("""
+        import io, os, shutil as sh, tempfile
+        import numpy as np
+        from pathlib import Path
+        from safetensors.torch import save_file
+        import torch
+
+        def f(path, fig, tensors, mode):
+            open(path, "w").write("x")
+            open(path, mode)
+            Path(path).open("ab")
+            os.fdopen(3, "wb")
+            Path(path).write_text("x")
+            Path(path).write_bytes(b"x")
+            Path(path).unlink()
+            sh.rmtree(path)
+            os.replace(path, path)
+            os.rename(path, path)
+            os.open(path, os.O_WRONLY | os.O_CREAT)
+            tempfile.mkdtemp()
+            save_file(tensors, path)
+            torch.save(tensors, path)
+            np.save(path, tensors)
+            fig.savefig(path)
+    """)
+    calls = [call for _, call in direct_writes(source, "transformer.example")]
+    assert calls == ["open", "open", ".open", "os.fdopen", ".write_text", ".write_bytes",
+                     ".unlink", "shutil.rmtree", "os.replace", "os.rename", "os.open",
+                     "tempfile.mkdtemp", "safetensors.torch.save_file", "torch.save",
+                     "numpy.save", ".savefig"]  # fmt: skip
+    harmless = textwrap.dedent("""
+        import io, os
+        import torch
+
+        def g(path, fig, state, dataset):
+            open(path).read()
+            open(path, "rb").read()
+            os.open(path, os.O_RDONLY)
+            buffer = io.BytesIO()
+            torch.save(state, buffer)
+            fig.savefig(io.BytesIO(), format="png")
+            dataset.open(path)
+            "a-b".replace("-", "+")
+    """)
+    assert direct_writes(harmless, "transformer.example") == []

@@ -1,91 +1,63 @@
-"""Writing files so that nothing a user has is ever lost or left half-written.
+"""The write gate: every byte a command writes goes through here, so that nothing a user has is
+ever lost or left half-written (tests/test_structure.py fails on a write anywhere else).
 
-One rule for every path a command writes, checked before anything is read (``check_output``; a
-folder of a kind, a run or an export, goes through ``model_dir.check_replaceable`` too):
+One rule, checked before anything is read (``check_output`` for a file or a folder of files,
+``check_replaceable`` for a folder a command makes or replaces whole) and again when writing:
 
-- what is there already must be a regular file (a folder, for a folder of figures): never a
-  device, a FIFO, a socket or a folder; a link to a regular file is written through, so the link
-  stays a link. ``-`` (or no output at all) is standard output;
-- it is not one of the command's inputs, and lies neither inside a model directory or export the
-  command reads nor inside any project folder: a run, an export, an import (each says what it
-  is with a marker file, ``transformer-KIND.json``, which ``model_dir.mark_folder`` writes) or a
-  checkpoint folder. Only the command that made such a folder writes into it.
+- what is there already must be a regular file (a folder, for a folder): never a device, a FIFO,
+  a socket; a link to a regular file is written through, so the link stays a link;
+- it is not one of the command's inputs, nor inside a folder the command reads, nor inside any
+  project folder (a run, an export, an import, a report or a checkpoint: ``folder_kinds.py``),
+  unless the write names that folder as its ``owner``: only the command that made a project
+  folder writes into it;
+- a folder is replaced whole only if it is of the command's kind and its marker lists every
+  entry in it: a file of the user's in an earlier export, import or report is named, not lost;
+- ``--force`` and ``--overwrite`` relax only "it exists", never the rest.
 
-Every file the tools write goes to a temporary file in the same folder, is flushed to disk and
-then renamed over its destination (``os.replace`` is atomic on POSIX): a crash, a full disk or
-Ctrl-C leaves either the old file or the new one, never a mix.
+How it writes. A file goes to a hidden temporary beside it, is flushed to disk and renamed over
+its destination (``os.replace`` is atomic on POSIX): a crash, a full disk or Ctrl-C leaves the
+old file or the new one, never a mix. A folder is built beside its destination and swapped in
+the same way (``built_aside``). What a killed process left aside is recognised and finished by
+the next write of the same name (``temporaries.py``).
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
+import logging
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 from .errors import UserError
+from .folder_kinds import (
+    KINDS,
+    WHOLE,
+    describe_folder,
+    kind_of,
+    made_entries,
+    marker_name,
+    project_folder_of,
+)
+from .temporaries import clean_leftovers, delete, fsync_dir, fsync_tree, temporary
 
-KINDS = ("run", "export", "import")  # the project folders that carry a marker
 STDOUT = "-"
 
-
-def marker_name(kind: str) -> str:
-    """The marker file of a project folder of ``kind``: ``transformer-run.json``, ..."""
-    return f"transformer-{kind}.json"
+log = logging.getLogger(__name__)
 
 
-def folder_kind(path: str | Path) -> str | None:
-    """What project folder ``path`` is: "run", "export" or "import" (its marker), else None.
-
-    A run made before markers existed is recognised by its layout: ``config.json`` beside
-    ``checkpoints/`` or ``tokenizer/`` (an export, which has both too, has always had a marker).
-    """
-    path = Path(path)
-    if not path.is_dir():
-        return None
-    for kind in KINDS:
-        if (path / marker_name(kind)).is_file():
-            return kind
-    if (path / "config.json").is_file() and any((path / d).is_dir() for d in _RUN_FOLDERS):
-        return "run"
-    return None
-
-
-_RUN_FOLDERS = ("checkpoints", "tokenizer")
-
-
-def is_checkpoint_folder(path: Path) -> bool:
-    """A checkpoint (``model.safetensors`` and ``config.json``), inside a run or copied alone."""
-    return (path / "model.safetensors").is_file() and (path / "config.json").is_file()
-
-
-def project_folder_of(path: str | Path) -> tuple[Path, str] | None:
-    """The nearest folder above ``path`` (links resolved) that a command of this project made:
-    (folder, kind), the kind being run, export, import or checkpoint; None if there is none."""
-    for folder in Path(os.path.realpath(path)).parents:
-        kind = folder_kind(folder) or ("checkpoint" if is_checkpoint_folder(folder) else None)
-        if kind is not None:
-            return folder, kind
-    return None
-
-
-def describe_folder(folder: Path, kind: str) -> str:
-    """The folder as messages name it: the run /a/b (transformer-run.json), ..."""
-    marker = folder / marker_name(kind)
-    return f"the {kind} {folder}" + (f" ({marker.name})" if marker.is_file() else "")
-
-
+# -------------------------------------------------------------------------------- the rule
 def check_output(
     output: str | Path | None,
     flag: str,
     reads: Mapping[str, str | Path | None],
     folder: bool = False,
+    new_only: str | None = None,
 ) -> Path | None:
     """Where a command may write ``output``; refused in one line naming ``flag`` otherwise.
 
@@ -96,6 +68,8 @@ def check_output(
         flag: the option, for messages ("--output").
         reads: {option: path} of every file and folder the command reads (None entries skipped).
         folder: the output is a folder the command writes files into (missing, or a folder).
+        new_only: an existing file is refused, naming this option as the way to replace it
+            ("--force"); checked last, so that it is never suggested where it would not help.
     Returns:
         the path to write: ``output``, or the file a link to a regular file points to.
     """
@@ -113,16 +87,65 @@ def check_output(
         raise UserError(f"{what} is {_file_type(mode)}, not {kind}; nothing is written there: "
                         f"choose {'a folder' if folder else 'a file'}")  # fmt: skip
     target = Path(os.path.realpath(given))
-    for name, path in reads.items():
-        if path is not None:
-            _check_not_in(target, what, name, Path(path))
+    _check_reads(target, what, reads)
     inside = project_folder_of(target / "x" if folder else target)
     if inside is not None:
         raise UserError(f"{what} lies inside {describe_folder(*inside)}, whose files only the "
                         f"command that made it writes: choose {flag} outside it")  # fmt: skip
     if not folder and not target.parent.is_dir():
         raise UserError(f"{what}: the folder {target.parent} does not exist")
+    if new_only and (mode is not None or given.is_symlink()):
+        raise UserError(f"{what} exists; choose another file or add {new_only} to replace it")
     return target
+
+
+def check_replaceable(
+    path: str | Path,
+    kind: str,
+    flag: str = "--out",
+    reads: Mapping[str, str | Path | None] | None = None,
+    made_before: frozenset[str] = frozenset(),
+) -> None:
+    """Refuses (one line naming ``flag``) to make or replace a folder of ``kind`` at ``path``.
+
+    Refused: ``path`` is an input or lies inside one (``reads``) or inside another project
+    folder; it is not a folder; it is a project folder of another kind (or a checkpoint). For
+    the kinds replaced whole (export, import, report), a folder that is not empty must be an
+    earlier one of ``kind`` holding only the entries its marker lists (``made_before`` for one
+    made by a version whose marker lists none); what an interrupted replacement left beside it
+    is finished first. A run's own entries are its owner's business (``RunDir``).
+    """
+    path = Path(path)
+    _warn(clean_leftovers(path.parent, path.name))
+    what = f"{flag} {path}"
+    _check_reads(Path(os.path.realpath(path)), what, reads or {})
+    inside = project_folder_of(path)
+    if inside is not None:
+        raise UserError(f"{what} lies inside {describe_folder(*inside)}; {_a(kind)} there would "
+                        f"damage it: choose {flag} outside it")  # fmt: skip
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{what} exists and is not a folder: choose another {flag}")
+    found = kind_of(path)
+    if found not in (None, kind):
+        raise UserError(f"{what} is {describe_folder(path, found)}, not {_a(kind)}; nothing in "
+                        f"it is replaced: choose another {flag}")  # fmt: skip
+    if kind not in WHOLE or not path.is_dir():
+        return
+    entries = {p.name for p in path.iterdir()}
+    if entries and found is None:
+        raise UserError(f"{path} is not empty and holds no earlier {kind} ({marker_name(kind)}); "
+                        f"nothing in it is replaced: choose a new or empty {flag}")  # fmt: skip
+    foreign = sorted(entries - made_entries(path, kind, made_before))
+    if foreign:
+        raise UserError(f"{path} holds {', '.join(foreign)}, which the earlier {kind} did not "
+                        f"make; nothing in it is replaced: move them out of it, or choose "
+                        f"another {flag}")  # fmt: skip
+
+
+def _check_reads(target: Path, what: str, reads: Mapping[str, str | Path | None]) -> None:
+    for name, path in reads.items():
+        if path is not None:
+            _check_not_in(target, what, name, Path(path))
 
 
 def _check_not_in(target: Path, what: str, name: str, path: Path) -> None:
@@ -138,6 +161,26 @@ def _check_not_in(target: Path, what: str, name: str, path: Path) -> None:
                         f"{what.split()[0]} outside it")  # fmt: skip
 
 
+def _check_write(path: Path, owner: Path | None) -> None:
+    """The rule at the moment of writing: a write that names no ``owner`` lands in no project
+    folder (whatever its caller checked before); one that does lands inside its owner."""
+    if owner is None:
+        inside = project_folder_of(path)
+        if inside is not None:
+            raise UserError(
+                f"{path} lies inside {describe_folder(*inside)}, whose files only "
+                "the command that made it writes: nothing is written there"
+            )
+        return
+    real, own = Path(os.path.realpath(path)), Path(os.path.realpath(owner))
+    if real != own and own not in real.parents:
+        raise ValueError(f"{path} lies outside {owner}, the folder it was to be written in")
+
+
+def _a(kind: str) -> str:
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
 def _file_type(mode: int) -> str:
     kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
              (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
@@ -145,26 +188,203 @@ def _file_type(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "a special file")
 
 
-def fsync_dir(path: Path) -> None:
-    """Flushes a folder's entries (a rename inside it) to disk."""
-    _fsync(path)
+# ---------------------------------------------------------------------------------- files
+@contextmanager
+def atomic_write(path: str | Path, mode: str = "w", owner: Path | None = None) -> Iterator[IO]:
+    """Opens a temporary file beside ``path``; on success it replaces ``path`` atomically.
 
+    A link is written through (its target is replaced); anything but a regular file or a new
+    name is refused. On any exception (including KeyboardInterrupt) the temporary file is
+    removed and ``path`` keeps its old content, if it had one.
 
-def fsync_tree(folder: Path) -> None:
-    """Flushes every file below ``folder`` to disk (before a rename makes them visible)."""
-    for path in folder.rglob("*"):
-        if path.is_file():
-            _fsync(path)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    Args:
+        path: the destination.
+        mode: "w" (UTF-8 text) or "wb".
+        owner: the project folder the command writes in (its own run, the folder it builds);
+            None for a path of the user's, which may then lie in no project folder.
+    """
+    path = Path(os.path.realpath(path))  # a link to a file stays a link: its target is replaced
+    if path.exists() and not path.is_file():
+        raise UserError(f"{path} is {_file_type(path.stat().st_mode)}; it is not replaced")
+    _check_write(path, owner)
+    _warn(clean_leftovers(path.parent, path.name))
+    part = temporary(path, "tmp")
+    binary = "b" in mode
     try:
-        os.fsync(fd)
+        with open(part, "xb" if binary else "x", encoding=None if binary else "utf-8") as f:
+            if path.exists():  # keep the permissions of the file it replaces
+                os.fchmod(f.fileno(), stat.S_IMODE(path.stat().st_mode))
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
+
+def write_bytes(path: str | Path, data: bytes, owner: Path | None = None) -> None:
+    """Writes ``data`` to ``path`` through ``atomic_write``."""
+    with atomic_write(path, "wb", owner) as f:
+        f.write(data)
+
+
+def write_text(path: str | Path, text: str, owner: Path | None = None) -> None:
+    """Writes UTF-8 ``text`` to ``path`` through ``atomic_write``."""
+    with atomic_write(path, "w", owner) as f:
+        f.write(text)
+
+
+def write_json_atomic(path: Path, value: object, owner: Path | None = None) -> None:
+    """Writes JSON to ``path`` through ``atomic_write`` (never half-written)."""
+    with atomic_write(path, "w", owner) as f:
+        json.dump(value, f, indent=2)
+
+
+def open_log(path: Path, owner: Path, fresh: bool = False) -> IO[str]:
+    """A log file of the project folder ``owner``, opened to append lines (``fresh``: emptied
+    first). A log grows line by line, so it is not atomic: a crash keeps the lines written."""
+    if path.exists() and not path.is_file():
+        raise UserError(f"{path} is {_file_type(path.stat().st_mode)}; no log is written there")
+    _check_write(path, owner)
+    return open(path, "w" if fresh else "a", encoding="utf-8")  # noqa: SIM115 (the caller closes)
+
+
+def mark_folder(path: str | Path, kind: str, **info: object) -> Path:
+    """Writes the marker that makes ``path`` a project folder of ``kind`` (atomically).
+
+    For a kind replaced whole (export, import, report) the marker lists every entry in ``path``
+    as ``files``: write it last. A run's marker is written first (training/rundir.py).
+
+    Args:
+        kind: run, export, import or report.
+        info: JSON-able facts stored with it, e.g. ``format``, ``source``.
+    Returns the marker file.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown folder kind {kind!r}; choose from {KINDS}")
+    path = Path(path)
+    marker = path / marker_name(kind)
+    if kind in WHOLE:
+        info["files"] = sorted({p.name for p in path.iterdir()} | {marker.name})
+    write_json_atomic(marker, {"kind": kind, **info}, owner=path)
+    return marker
+
+
+# -------------------------------------------------------------------------------- folders
+@contextmanager
+def built_aside(out: Path, owner: Path | None = None) -> Iterator[Path]:
+    """A new hidden folder beside ``out`` to build it in; when the block ends without an error,
+    its files are flushed to disk and it is renamed to ``out``.
+
+    An earlier ``out`` (the caller has checked that it may be replaced) is moved aside first
+    and deleted after the rename, so an interruption leaves the old folder or the new one (at
+    worst the old one under ``.OUT.transformer-old-PID``, which the next write puts back), never
+    half of one. On an error the new folder is removed and ``out`` is untouched.
+
+    Args:
+        out: the folder to create or replace.
+        owner: the project folder it lies in (a checkpoint in its run), or None.
+    """
+    out = Path(out)
+    _check_write(out, owner)
+    _warn(clean_leftovers(out.parent, out.name))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging, aside = temporary(out, "tmp"), temporary(out, "old")
+    staging.mkdir()
+    try:
+        yield staging
+        fsync_tree(staging)  # on disk before the rename makes it visible
+        if out.exists() and any(out.iterdir()):
+            os.rename(out, aside)
+        os.replace(staging, out)  # onto a missing name or an empty folder
+        fsync_dir(out.parent)
+    finally:
+        if aside.exists() and not out.exists():  # interrupted between the two renames
+            os.rename(aside, out)
+        delete(staging)
+        delete(aside)
+
+
+@contextmanager
+def replace_folder(
+    out: Path,
+    kind: str,
+    flag: str,
+    reads: Mapping[str, str | Path | None],
+    made_before: frozenset[str] = frozenset(),
+) -> Iterator[Path]:
+    """Makes or replaces the folder ``out`` of ``kind`` (export, import, report) whole: the rule
+    is checked again (``check_replaceable``: hours may have passed since the command checked
+    it), the folder is built aside (``built_aside``), and the block must end with
+    ``mark_folder``, whose marker lists every entry."""
+    check_replaceable(out, kind, flag, reads, made_before)
+    with built_aside(Path(out)) as staging:
+        yield staging
+        unlisted = {p.name for p in staging.iterdir()} - made_entries(staging, kind, frozenset())
+        if unlisted:
+            raise RuntimeError(f"{out}: the {kind} was built without a marker listing "
+                               f"{sorted(unlisted)}")  # fmt: skip
+
+
+def remove_tree(path: Path, owner: Path) -> None:
+    """Deletes a folder (or a file) of the project folder ``owner``, so that an interruption
+    leaves nothing half-deleted under its name: it is renamed to ``.NAME.transformer-trash-PID``
+    first (which the next write of NAME removes), then removed. A missing ``path`` is fine."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    _check_write(path, owner)
+    trash = temporary(path, "trash")
+    delete(trash)
+    os.rename(path, trash)
+    delete(trash)
+
+
+def move(source: Path, destination: Path, owner: Path) -> None:
+    """Renames ``source`` to ``destination`` (a missing name, or an empty folder), both in the
+    project folder ``owner``: atomic, within one file system."""
+    _check_write(source, owner)
+    _check_write(destination, owner)
+    os.rename(source, destination)
+
+
+def _warn(lines: list[str]) -> None:
+    for line in lines:
+        log.warning(line)
+
+
+# ----------------------------------------------------------------------------------- locks
+class Busy(Exception):
+    """The lock is held by another process, whose id it holds (``holder``)."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
+@contextmanager
+def exclusive_lock(path: Path, owner: Path) -> Iterator[None]:
+    """Holds an flock on ``path`` (made if missing, then holding this process's id) for the
+    block. The kernel releases it however the process ends, so a killed process leaves nothing
+    locked. Raises ``Busy`` when another process holds it."""
+    _check_write(path, owner)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            raise Busy(os.read(fd, 32).decode(errors="replace").strip() or "?") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
     finally:
         os.close(fd)
 
 
+# --------------------------------------------------------------------------------- errors
 def describe_os_error(error: OSError, what: str = "") -> str:
     """One line for an OSError, e.g. "no space left on device while saving checkpoint ...".
 
@@ -178,93 +398,3 @@ def describe_os_error(error: OSError, what: str = "") -> str:
     if what:
         return f"{what} failed: {reason}" + (f" ({error.filename})" if error.filename else "")
     return f"{error.filename}: {reason}" if error.filename else reason
-
-
-@contextmanager
-def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO]:
-    """Opens a temporary file beside ``path``; on success it replaces ``path`` atomically.
-
-    A link is written through (its target is replaced); anything but a regular file or a new
-    name is refused.
-
-    On any exception (including KeyboardInterrupt) the temporary file is removed and ``path``
-    keeps its old content, if it had one.
-
-    Args:
-        path: the destination.
-        mode: "w" (UTF-8 text) or "wb".
-    """
-    path = Path(os.path.realpath(path))  # a link to a file stays a link: its target is replaced
-    if path.exists() and not path.is_file():
-        raise UserError(f"{path} is {_file_type(path.stat().st_mode)}; it is not replaced")
-    fd, part = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    os.fchmod(fd, _mode_for(path))  # mkstemp makes 0600 files; give the usual permissions
-    try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(part, path)
-    finally:
-        Path(part).unlink(missing_ok=True)
-    fsync_dir(path.parent)
-
-
-def _mode_for(path: Path) -> int:
-    """The permissions of the file being replaced, else those a new file would get."""
-    try:
-        return path.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
-def write_json_atomic(path: Path, value: object) -> None:
-    """Writes JSON to ``path`` via a temporary file and ``os.replace`` (never half-written)."""
-    with atomic_write(path) as f:
-        json.dump(value, f, indent=2)
-
-
-def remove_tree(path: Path) -> None:
-    """Deletes a folder so that an interruption leaves no half-deleted folder under its name:
-    it is renamed to a hidden ``.trash-`` sibling first, then removed."""
-    trash = path.with_name(f".trash-{path.name}")
-    shutil.rmtree(trash, ignore_errors=True)
-    os.rename(path, trash)
-    shutil.rmtree(trash, ignore_errors=True)
-
-
-@contextmanager
-def built_aside(out: Path, what: str) -> Iterator[Path]:
-    """A new hidden folder beside ``out`` to build it in; when the block ends without an error,
-    its files are flushed to disk and it is renamed to ``out``.
-
-    An earlier ``out`` (the caller has checked that it may be replaced) is moved aside first
-    and deleted after the rename, so an interruption leaves the old folder or the new one (in
-    the worst case under ``.OUT.replaced-*``), never half of one. On an error the new folder
-    is removed and ``out`` is untouched.
-
-    Args:
-        out: the folder to create or replace.
-        what: a word for the hidden folder's name (``.OUT.WHAT-*``), e.g. "export".
-    """
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.{what}-"))
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it private; give the usual mode
-        yield staging
-        fsync_tree(staging)  # on disk before the rename makes it visible
-        if out.exists() and any(out.iterdir()):
-            aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.replaced-"))
-            os.replace(out, aside / out.name)
-            os.replace(staging, out)
-            fsync_dir(out.parent)
-            remove_tree(aside)
-        else:
-            os.replace(staging, out)  # onto a missing name or an empty folder
-            fsync_dir(out.parent)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)

@@ -18,12 +18,8 @@ The rest of a training run's folder (its lock, metrics, binarized data, the stag
 ``--overwrite``) belongs to ``training/rundir.py``; resuming and pruning to
 ``training/checkpoint.py``.
 
-Folder kinds. Every folder a command makes says what it is with a marker file,
-``transformer-KIND.json`` for the kinds run (``train``), export (``export``, any format) and
-import (a model brought in from another toolkit): ``mark_folder`` writes it, ``folder_kind``
-reads it (``files.py``, whose write rule needs it too), and ``check_replaceable`` is the one
-check before a command makes or replaces a folder of its kind: never inside another project
-folder, never over a folder of another kind.
+Every file here is written through the write gate (``files.py``), naming this model directory's
+folder as its owner; what a folder is (a run, an export, an import) is ``folder_kinds.py``'s.
 """
 
 from __future__ import annotations
@@ -31,8 +27,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,18 +36,8 @@ from safetensors.torch import load, save
 
 from .config import RunConfig, build_config
 from .errors import UserError
-from .files import (
-    KINDS,
-    describe_folder,
-    describe_os_error,
-    folder_kind,
-    fsync_dir,
-    is_checkpoint_folder,
-    marker_name,
-    project_folder_of,
-    remove_tree,
-    write_json_atomic,
-)
+from .files import built_aside, describe_os_error, write_bytes, write_json_atomic
+from .folder_kinds import is_checkpoint_folder
 from .model.build import Seq2Seq, build_model
 
 WEIGHTS = "model.safetensors"
@@ -95,28 +79,18 @@ def save_checkpoint(
     OSError (no space left on device, ...) becomes a UserError naming the folder.
     """
     files = _serialize(model, config, trainer)
-    final, tmp = checkpoints / name, checkpoints / f".tmp-{name}"
     try:
         checkpoints.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        for file_name, data in files.items():
-            with open(tmp / file_name, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        if final.exists():  # re-saving the same step (e.g. after a resume): replace it
-            remove_tree(final)
-        os.rename(tmp, final)
-        fsync_dir(checkpoints)
+        # re-saving the same step (e.g. after a resume) replaces it
+        with built_aside(checkpoints / name, owner=checkpoints) as folder:
+            for file_name, data in files.items():
+                write_bytes(folder / file_name, data, owner=folder)
     except OSError as error:
         last = read_index(checkpoints).get("last")
         kept = f"the last checkpoint {checkpoints / last} is intact" if last else "none was saved"
         what = f"saving checkpoint {name} in {checkpoints}"
         raise UserError(f"{describe_os_error(error, what)}; {kept}") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return checkpoints / name
 
 
 def index_pointers(checkpoints: Path) -> tuple[dict, str | None]:
@@ -142,7 +116,7 @@ def update_index(checkpoints: Path, **entries: object) -> dict:
     """Points ``last`` / ``best`` (and any other key) at checkpoint folders, atomically."""
     index = read_index(checkpoints)
     index.update(entries)
-    write_json_atomic(checkpoints / INDEX, index)
+    write_json_atomic(checkpoints / INDEX, index, owner=checkpoints)
     return index
 
 
@@ -243,39 +217,3 @@ def load_weights(model: Seq2Seq, path: Path) -> None:
 def model_dir_of(folder: Path) -> Path:
     """The model directory a checkpoint folder belongs to (``OUT/checkpoints/NAME`` -> ``OUT``)."""
     return folder.parent.parent if folder.parent.name == CHECKPOINTS else folder
-
-
-# ------------------------------------------------------------------------------ folder kinds
-def mark_folder(path: str | Path, kind: str, **info: object) -> Path:
-    """Writes the marker that makes ``path`` a project folder of ``kind`` (atomically).
-
-    Args:
-        kind: run, export or import.
-        info: JSON-able facts stored with it, e.g. ``format``, ``source``, ``files`` (the
-            entries the command made, for a command that replaces only those).
-    Returns the marker file.
-    """
-    if kind not in KINDS:
-        raise ValueError(f"unknown folder kind {kind!r}; choose from {KINDS}")
-    marker = Path(path) / marker_name(kind)
-    write_json_atomic(marker, {"kind": kind, **info})
-    return marker
-
-
-def check_replaceable(path: str | Path, kind: str, flag: str = "--out") -> None:
-    """Refuses (one line naming ``flag``) to make or replace a folder of ``kind`` at ``path`` if
-    it lies inside another project folder, is not a folder, or is a project folder of another
-    kind (or a checkpoint). A missing folder, an empty one, one of the same kind, or one of the
-    user's own may go ahead: which of its entries may be replaced is the owner's business
-    (``RunDir``, ``export/folder.py``)."""
-    path = Path(path)
-    inside = project_folder_of(path)
-    if inside is not None:
-        raise UserError(f"{flag} {path} lies inside {describe_folder(*inside)}; a {kind} there "
-                        f"would damage it: choose {flag} outside it")  # fmt: skip
-    if path.exists() and not path.is_dir():
-        raise UserError(f"{flag} {path} exists and is not a folder: choose another {flag}")
-    found = folder_kind(path) or ("checkpoint" if is_checkpoint_folder(path) else None)
-    if found not in (None, kind):
-        raise UserError(f"{flag} {path} is {describe_folder(path, found)}, not a {kind}; "
-                        f"nothing in it is replaced: choose another {flag}")  # fmt: skip

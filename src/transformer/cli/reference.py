@@ -16,6 +16,7 @@ import typing
 from dataclasses import MISSING, fields
 from pathlib import Path
 
+from ..files import write_text
 from .options import COMMAND_SECTIONS
 
 INTRO = """\
@@ -90,4 +91,4 @@ def configuration_markdown() -> str:
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m transformer.cli.reference docs/configuration.md")
-    Path(sys.argv[1]).write_text(configuration_markdown(), encoding="utf-8")
+    write_text(Path(sys.argv[1]), configuration_markdown())

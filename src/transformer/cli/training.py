@@ -72,7 +72,7 @@ def _train(ns: argparse.Namespace, given: dict[str, dict]) -> None:
 def run_config(ns: argparse.Namespace, given: dict[str, dict]) -> tuple[RunConfig, Path]:
     """The run's config (--config, or the saved one on --resume, with the options on top) and
     its model directory."""
-    from ..model_dir import check_replaceable
+    from ..files import check_replaceable
     from ..training.rundir import RunDir
 
     data = given.get("data", {})

@@ -130,7 +130,8 @@ def _explain_options(p: ArgumentParser) -> None:
     p.add_argument("--checkpoint", default="best", choices=["best", "last"],
                    help="which checkpoint of a model directory")  # fmt: skip
     p.add_argument("--html", help="write the step-through view here: one HTML file, offline")
-    p.add_argument("--force", action="store_true", help="replace the --html file if it exists")
+    p.add_argument("--force", action="store_true", help="replace the --html file if it exists "
+                   "(never one inside a model's folder)")  # fmt: skip
     p.add_argument("--topic", choices=TOPICS, help="one part of the notes' examples (default: all)")
     p.add_argument("--no-color", action="store_true", help="no ANSI colours on a terminal")
 
@@ -152,7 +153,7 @@ def _explain(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_torch_engine
     from ..inspect.step_page import check_destination, step_through_job
 
-    check_destination(Path(ns.html), ns.force)  # before the model is loaded
+    check_destination(Path(ns.html), ns.force, ns.model_dir)  # before the model is loaded
     engine = load_torch_engine(ns.model_dir, ns.checkpoint, runtime_of(given),
                                **given.get("decode", {}))  # fmt: skip
     written = step_through_job(engine, ns.sentence, ns.html, ns.force)

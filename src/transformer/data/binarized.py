@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
 
 from ..errors import UserError
-from ..files import write_json_atomic
+from ..files import atomic_write, write_bytes, write_json_atomic
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .batching import Batch, Example, encode_source
 from .readers import Pair
@@ -137,20 +139,19 @@ class Binarized:
 
 
 class _Writer:
-    """Appends sentences of one side to SIDE.bin; the offsets are written at the end."""
+    """Appends sentences of one side to SIDE.bin (a file of the write gate, which appears
+    whole when the block that opened it ends); ``offsets`` is SIDE.idx's content."""
 
-    def __init__(self, path: Path, dtype: np.dtype) -> None:
-        self.file = open(path, "wb")  # noqa: SIM115 (closed by finish)
-        self.dtype, self.lengths = dtype, [0]
+    def __init__(self, file: BinaryIO, dtype: np.dtype) -> None:
+        self.file, self.dtype, self.lengths = file, dtype, [0]
 
     def add(self, rows: list[list[int]]) -> None:
         flat = np.fromiter((i for row in rows for i in row), self.dtype)
-        flat.tofile(self.file)
+        self.file.write(flat.tobytes())
         self.lengths += [len(row) for row in rows]
 
-    def finish(self, idx_path: Path) -> None:
-        self.file.close()
-        np.cumsum(np.array(self.lengths, dtype=np.int64)).tofile(idx_path)
+    def offsets(self) -> bytes:
+        return np.cumsum(np.array(self.lengths, dtype=np.int64)).tobytes()
 
 
 def binarize(
@@ -169,28 +170,31 @@ def binarize(
     """
     folder.mkdir(parents=True, exist_ok=True)
     dtype = id_dtype(max(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size))
-    writers = {side: _Writer(folder / f"{side}.bin", dtype) for side in SIDES}
     kept = too_long = 0
-    for part in _chunks(pairs, chunk):
-        sources = tokenizers.src.encode_batch([src for src, _ in part])
-        targets = tokenizers.tgt.encode_batch([tgt for _, tgt in part])
-        rows: dict[str, list[list[int]]] = {"src": [], "tgt": []}
-        for src_ids, tgt_ids in zip(sources, targets, strict=True):
-            example = Example(encode_source(src_ids), tgt_ids)
-            if max(example.cost) > max_len:
-                too_long += 1
-                continue
-            rows["src"].append(example.src)
-            rows["tgt"].append(example.tgt)
-        kept += len(rows["src"])
-        for side in SIDES:
-            writers[side].add(rows[side])
+    with ExitStack() as files:
+        writers = {side: _Writer(files.enter_context(atomic_write(folder / f"{side}.bin", "wb",
+                                                                  owner=folder)), dtype)
+                   for side in SIDES}  # fmt: skip
+        for part in _chunks(pairs, chunk):
+            sources = tokenizers.src.encode_batch([src for src, _ in part])
+            targets = tokenizers.tgt.encode_batch([tgt for _, tgt in part])
+            rows: dict[str, list[list[int]]] = {"src": [], "tgt": []}
+            for src_ids, tgt_ids in zip(sources, targets, strict=True):
+                example = Example(encode_source(src_ids), tgt_ids)
+                if max(example.cost) > max_len:
+                    too_long += 1
+                    continue
+                rows["src"].append(example.src)
+                rows["tgt"].append(example.tgt)
+            kept += len(rows["src"])
+            for side in SIDES:
+                writers[side].add(rows[side])
     for side in SIDES:
-        writers[side].finish(folder / f"{side}.idx")
+        write_bytes(folder / f"{side}.idx", writers[side].offsets(), owner=folder)
     skipped = getattr(pairs, "skipped", 0)  # a PairStream counts the empty pairs it dropped
     meta = {"examples": kept, "dtype": dtype.name, "too_long": too_long,
             "skipped_empty": skipped, **provenance}  # fmt: skip
-    write_json_atomic(folder / "meta.json", meta)
+    write_json_atomic(folder / "meta.json", meta, owner=folder)
     return Binarized(TokenDataset.open(folder), kept, too_long)
 
 

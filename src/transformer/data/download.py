@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..errors import UserError
+from ..files import atomic_write
 
 
 @dataclass(frozen=True)
@@ -102,9 +102,10 @@ def sha256_of(path: Path) -> str:
 def download(url: str, dest: Path, sha256: str | None) -> Path:
     """Downloads ``url`` to ``dest`` unless a verified copy is already there.
 
-    The bytes go to a uniquely named ``.part`` file beside ``dest`` (several torchrun ranks may
-    download at once), are hashed on the way, and only a verified file is renamed into place, so
-    an interrupted or corrupted download never leaves a file that looks complete.
+    The bytes go to a temporary file beside ``dest``, named after this process (several torchrun
+    ranks may download at once: ``files.atomic_write``), are hashed on the way, and only a
+    verified file is renamed into place, so an interrupted or corrupted download never leaves a
+    file that looks complete.
 
     Args:
         url: any address urllib opens (https://, file://).
@@ -115,34 +116,30 @@ def download(url: str, dest: Path, sha256: str | None) -> Path:
     if dest.is_file() and (sha256 is None or sha256_of(dest) == sha256):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, part_name = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
-    part = Path(part_name)
     digest = hashlib.sha256()
     try:
         # manythings.org refuses urllib's default User-Agent.
         request = urllib.request.Request(url, headers={"User-Agent": "transformer/0.1"})
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request, timeout=60) as response:
+        response = urllib.request.urlopen(request, timeout=60)
+        with response, atomic_write(dest, "wb") as out:
             size = int(response.headers.get("Content-Length") or 0) or None
             with tqdm(total=size, unit="B", unit_scale=True, desc=dest.name, disable=None) as bar:
                 for block in iter(lambda: response.read(1 << 16), b""):
                     out.write(block)
                     digest.update(block)
                     bar.update(len(block))
-        if sha256 is not None and digest.hexdigest() != sha256:
-            raise UserError(
-                f"{url}: checksum mismatch (sha256 {digest.hexdigest()}, expected {sha256}); "
-                f"the file changed upstream since this version was tested: pass "
-                f"--verify_checksums false to use it anyway, or put the file you want in a "
-                f"folder as {dest.name} and pass --data_dir FOLDER"
-            )
-        os.replace(part, dest)
+            if sha256 is not None and digest.hexdigest() != sha256:  # nothing is kept
+                raise UserError(
+                    f"{url}: checksum mismatch (sha256 {digest.hexdigest()}, expected {sha256}); "
+                    f"the file changed upstream since this version was tested: pass "
+                    f"--verify_checksums false to use it anyway, or put the file you want in a "
+                    f"folder as {dest.name} and pass --data_dir FOLDER"
+                )
     except (urllib.error.URLError, OSError) as error:
         raise UserError(
             f"could not download {url} to {dest}: {error}; download it yourself, put it in a "
             f"folder as {dest.name} and pass --data_dir FOLDER"
         ) from None
-    finally:
-        part.unlink(missing_ok=True)
     return dest
 
 

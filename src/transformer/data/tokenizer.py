@@ -24,7 +24,7 @@ import sentencepiece as spm
 
 from ..config import DataConfig
 from ..errors import UserError
-from ..files import atomic_write
+from ..files import remove_tree, write_bytes
 from ..vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from .vocab_tokenizer import PIECES_SUFFIX, VocabTokenizer
 
@@ -214,8 +214,7 @@ class Tokenizers:
         written = set()
         for stem, tokenizer in sides.items():
             for suffix, data in tokenizer.files().items():
-                with atomic_write(folder / f"{stem}{suffix}", "wb") as f:  # never half a file
-                    f.write(data)
+                write_bytes(folder / f"{stem}{suffix}", data, owner=folder)  # never half a file
                 written.add(f"{stem}{suffix}")
         known = {
             JOINT_MODEL,
@@ -224,7 +223,7 @@ class Tokenizers:
             *(f"{s}{PIECES_SUFFIX}" for s in ("src", "tgt")),
         }
         for name in known - written:
-            (folder / name).unlink(missing_ok=True)
+            remove_tree(folder / name, owner=folder)
 
     @classmethod
     def load(cls, model_dir: str | Path) -> Tokenizers:

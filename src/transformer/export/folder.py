@@ -6,37 +6,40 @@
     OUT/tokenizer/                     our SentencePiece model(s), copied: joint.model, or
                                        src.model and tgt.model
     OUT/transformer-export.json        what this is (the export's folder-kind marker,
-                                       ``model_dir.mark_folder``): the run's config, the
+                                       ``files.mark_folder``): the run's config, the
                                        checkpoint it came from, the quantization, the files made
 
-Nothing a user has is lost: OUT must be missing, empty, or an earlier export (it has
-``transformer-export.json``, written by this export or by ``--to huggingface``,
-``hub/huggingface_export.py``) holding only the files that export made, and lie inside no other
-project folder (``model_dir.check_replaceable``); anything else is refused before any work, and
-a file of the user's in an earlier export is named, not deleted. The new export is built in a
-hidden sibling folder and renamed into place once complete (``files.built_aside``): an
-interruption leaves the old export or the new one, never half of one.
+Nothing a user has is lost: OUT goes through the write gate (``files.replace_folder``, the same
+for ``--to huggingface``, ``hub/huggingface_export.py``). It must be missing, empty, or an
+earlier export holding only the files that export made (listed in its marker), and lie inside
+no project folder nor inside MODEL_DIR; anything else is refused before any work, and a file of
+the user's in an earlier export is named, not deleted. The new export is built in a hidden
+sibling folder and renamed into place once complete: an interruption leaves the old export or
+the new one, never half of one, and the next export into OUT cleans what it left aside.
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import RunConfig, build_config
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
-from ..files import built_aside, folder_kind, marker_name
+from ..files import check_replaceable, mark_folder, replace_folder
+from ..folder_kinds import folder_kind, marker_name
 from ..model.transformer import Transformer
-from ..model_dir import check_replaceable, load_checkpoint, mark_folder, model_dir_of
+from ..model_dir import load_checkpoint, model_dir_of
 from .spec import check_expressible, import_ctranslate2, transformer_spec
 
 MARKER = marker_name("export")  # transformer-export.json
 FORMAT = "transformer/ctranslate2"
 # What an export made before the marker listed its files holds.
-MADE_BEFORE = {"model.bin", "config.json", "shared_vocabulary.json", "source_vocabulary.json",
-               "target_vocabulary.json", "tokenizer", MARKER}  # fmt: skip
+MADE_BEFORE = frozenset({"model.bin", "config.json", "shared_vocabulary.json",
+                         "source_vocabulary.json", "target_vocabulary.json", "tokenizer",
+                         MARKER})  # fmt: skip
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "bfloat16")
 
 
@@ -81,20 +84,14 @@ def save_model(
     source: str = "",
 ) -> None:
     """Writes a CTranslate2 model, its tokenizers and ``transformer-export.json`` into the empty
-    ``folder`` (no atomicity here: ``export_model`` builds aside and renames)."""
+    ``folder`` (no atomicity here: ``export_model`` builds aside and renames). CTranslate2 writes
+    its own files (``spec.save``) into that folder, which the write gate made."""
     spec = transformer_spec(model, tokenizers.src.vocabulary(), tokenizers.tgt.vocabulary())
     spec.optimize(quantization=quantization)  # stores shared tables once, quantizes the weights
     spec.save(str(folder))
     tokenizers.save(folder)
-    mark_export(folder, format=FORMAT, quantization=quantization, source=source,
+    mark_folder(folder, "export", format=FORMAT, quantization=quantization, source=source,
                 config=config.to_dict(), alignment_heads=model.config.n_heads)  # fmt: skip
-
-
-def mark_export(folder: Path, **info: object) -> None:
-    """Marks ``folder`` as an export, listing the entries in it (the only ones a later export
-    may replace)."""
-    files = sorted({p.name for p in folder.iterdir()} | {MARKER})
-    mark_folder(folder, "export", **info, files=files)
 
 
 def export_model(
@@ -114,39 +111,22 @@ def export_model(
     if quantization not in QUANTIZATIONS:
         raise UserError(f"unknown --quantization {quantization!r}; choose from "
                         f"{', '.join(QUANTIZATIONS)}")  # fmt: skip
-    check_export_replaceable(out)
+    check_export_replaceable(out, model_dir)
     loaded = load_checkpoint(Path(model_dir), checkpoint, "cpu")
     check_expressible(loaded.config.model)  # an RNN, say: refused before anything is written
     tokenizers = Tokenizers.load(model_dir_of(loaded.path))
-    with built_aside(out, "export") as staging:
+    with export_folder(out, model_dir) as staging:
         save_model(loaded.model, tokenizers, loaded.config, staging, quantization, str(loaded.path))
     return ExportInfo(loaded.config, quantization, str(loaded.path))
 
 
-def check_export_replaceable(out: Path) -> None:
-    """OUT may be missing, an empty folder, or an earlier export holding only what it made;
-    anything else is refused."""
-    check_replaceable(out, "export", "OUT")
-    if not out.exists() and not out.is_symlink():
-        return
-    entries = {p.name for p in out.iterdir()}
-    if entries and not is_export(out):
-        raise UserError(
-            f"{out} is not empty and holds no earlier export ({MARKER}); nothing in it is "
-            "replaced: choose a new or empty OUT"
-        )
-    foreign = sorted(entries - _made(out))
-    if foreign:
-        raise UserError(
-            f"{out} holds {', '.join(foreign)}, which the earlier export did not make; nothing "
-            "in it is replaced: move them out of it, or choose another OUT"
-        )
+def check_export_replaceable(out: Path, model_dir: str | Path) -> None:
+    """OUT may be missing, an empty folder, or an earlier export holding only what it made, and
+    lie inside no project folder nor inside MODEL_DIR (``files.check_replaceable``)."""
+    check_replaceable(out, "export", "OUT", {"MODEL_DIR": model_dir}, MADE_BEFORE)
 
 
-def _made(export: Path) -> set[str]:
-    """The entries an export made: listed in its marker, or those every export had before."""
-    try:
-        files = json.loads((export / MARKER).read_text(encoding="utf-8")).get("files")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-        files = None
-    return set(files) if isinstance(files, list) else MADE_BEFORE
+def export_folder(out: Path, model_dir: str | Path) -> AbstractContextManager[Path]:
+    """The folder to build an export of ``model_dir`` in; renamed to ``out`` when the block
+    ends, which must mark it (``files.replace_folder``)."""
+    return replace_folder(out, "export", "OUT", {"MODEL_DIR": model_dir}, MADE_BEFORE)

@@ -18,8 +18,8 @@ field. The search settings that carry over are the beam size and the end of sent
 length penalty has no equivalent in ``generate`` (which divides by |Y|^α), so Hugging Face's
 own default applies there.
 
-OUT follows the export rules (export/folder.py): missing, empty or an earlier export; it is
-built aside and renamed into place.
+OUT follows the export rules (export/folder.py, through the write gate ``files.py``): missing,
+empty or an earlier export holding only what it made; it is built aside and renamed into place.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import torch
 
 from ..config import RunConfig
 from ..data.tokenizer import Tokenizers
-from ..export.folder import check_export_replaceable, mark_export
-from ..files import built_aside, write_json_atomic
+from ..export.folder import check_export_replaceable, export_folder
+from ..files import mark_folder, write_bytes, write_json_atomic, write_text
 from ..model_dir import WEIGHTS, model_dir_of, read_config, read_weights, resolve_checkpoint
 from ..vocab import BOS_ID
 from .marian_config import check_exportable, generation_config, marian_config
@@ -55,15 +55,15 @@ def export_huggingface(model_dir: str | Path, out: str | Path, checkpoint: str =
         the checkpoint folder it was exported from.
     """
     out = Path(out)
-    check_export_replaceable(out)
+    check_export_replaceable(out, model_dir)
     folder = resolve_checkpoint(Path(model_dir), checkpoint)
     config = read_config(folder)
     check_exportable(config.model)
     tokenizers = Tokenizers.load(model_dir_of(folder))
     state = read_weights(folder / WEIGHTS)
-    with built_aside(out, "export") as staging:
+    with export_folder(out, model_dir) as staging:
         write_folder(staging, state, config, tokenizers)
-        mark_export(staging, format=FORMAT, source=str(folder), config=config.to_dict())
+        mark_folder(staging, "export", format=FORMAT, source=str(folder), config=config.to_dict())
     return folder
 
 
@@ -99,12 +99,12 @@ def write_folder(
             tensor = state[ours] if perm is None else to_halves(ours, state[ours], perm)
             yield theirs, take_rows(tensor, rows[ours]) if ours in rows else tensor
 
-    write_safetensors(folder / SAFETENSORS, shapes, tensors(), {"format": "pt"})
-    write_json_atomic(folder / "config.json", marian_config(model, size, size))
+    write_safetensors(folder / SAFETENSORS, shapes, tensors(), {"format": "pt"}, folder)
+    write_json_atomic(folder / "config.json", marian_config(model, size, size), folder)
     generation = generation_config(pad, config.decode.beam_size, model.max_positions)
-    write_json_atomic(folder / "generation_config.json", generation)
-    (folder / "source.spm").write_bytes(tokenizers.src.model)
-    (folder / "target.spm").write_bytes(tokenizers.tgt.model)
+    write_json_atomic(folder / "generation_config.json", generation, folder)
+    write_bytes(folder / "source.spm", tokenizers.src.model, folder)
+    write_bytes(folder / "target.spm", tokenizers.tgt.model, folder)
     _write_vocab(folder / "vocab.json", src_pieces)
     if separate:
         _write_vocab(folder / "target_vocab.json", tgt_pieces)
@@ -113,8 +113,8 @@ def write_folder(
         "source_lang": config.data.src_lang, "target_lang": config.data.tgt_lang,
         "model_max_length": model.max_positions,
         "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
-    })  # fmt: skip
+    }, folder)  # fmt: skip
 
 
 def _write_vocab(path: Path, pieces: list[str]) -> None:
-    path.write_text(json.dumps(vocab_json(pieces), ensure_ascii=False, indent=1), encoding="utf-8")
+    write_text(path, json.dumps(vocab_json(pieces), ensure_ascii=False, indent=1), path.parent)

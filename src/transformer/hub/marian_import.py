@@ -17,9 +17,10 @@ OUT becomes an ordinary model directory, so every command that takes MODEL_DIR w
 
 Everything is read and checked before anything is written: a wrong folder, a missing file, a
 config value or vocabulary size our model cannot take, or a damaged weights file is a one-line
-error and OUT is untouched. OUT is built in a hidden sibling folder and renamed into place; an
-existing OUT is refused unless it holds an earlier import (``check_import_replaceable``), and
-OUT may not lie inside another project folder (``model_dir.check_replaceable``).
+error and OUT is untouched. OUT goes through the write gate (``files.replace_folder``): it may
+be missing, empty, or an earlier import holding only what that import made (a file of the
+user's in it is named, not deleted), and lie inside no project folder; it is built in a hidden
+sibling folder and renamed into place.
 """
 
 from __future__ import annotations
@@ -35,18 +36,11 @@ from ..config import DataConfig, DecodeConfig, RunConfig
 from ..data.tokenizer import Tokenizers
 from ..data.vocab_tokenizer import VocabTokenizer
 from ..errors import BadValue, UserError
-from ..files import built_aside, folder_kind, marker_name, write_json_atomic
+from ..files import check_replaceable, mark_folder, replace_folder, write_json_atomic
+from ..folder_kinds import marker_name
 from ..model.embeddings import sinusoidal_table
 from ..model.transformer import Transformer
-from ..model_dir import (
-    CHECKPOINTS,
-    CONFIG,
-    WEIGHTS,
-    check_replaceable,
-    mark_folder,
-    model_state,
-    update_index,
-)
+from ..model_dir import CHECKPOINTS, CONFIG, WEIGHTS, model_state, update_index
 from .marian_config import MarianModel, model_config
 from .marian_vocab import Rows, ours_from_marian, read_vocab
 from .marian_weights import BIAS, LM_HEAD, POSITIONS, layer_names, table_names, take_rows
@@ -59,6 +53,8 @@ HUB_HINT = "pip install 'transformer[hub]' (or pip install huggingface_hub)"
 HUB_NAME = re.compile(r"[\w.-]+/[\w.-]+")
 # What snapshot_download fetches: never the TensorFlow, Flax or Rust copies of the weights.
 HUB_FILES = ["*.json", "*.spm", "model.safetensors"]
+# What an import made before its marker listed its entries.
+MADE_BEFORE = frozenset({CONFIG, "tokenizer", CHECKPOINTS, MARKER})
 
 
 @dataclass
@@ -80,17 +76,6 @@ class ImportInfo:
     config: RunConfig
 
 
-def check_import_replaceable(out: Path) -> None:
-    """OUT may be missing, an empty folder, or an earlier import (it has ``MARKER``), and lie
-    inside no other project folder."""
-    check_replaceable(out, "import", "OUT")
-    if not out.exists() and not out.is_symlink():
-        return
-    if any(out.iterdir()) and folder_kind(out) != "import":
-        raise UserError(f"{out} is not empty and holds no earlier import ({MARKER}); nothing "
-                        "in it is replaced: choose a new or empty OUT")  # fmt: skip
-
-
 def import_marian(source: str, out: str | Path, **decode: object) -> ImportInfo:
     """What ``transformer import SOURCE OUT`` does (see the module docstring).
 
@@ -100,7 +85,7 @@ def import_marian(source: str, out: str | Path, **decode: object) -> ImportInfo:
         decode: DecodeConfig fields saved as the imported model's default search.
     """
     out = Path(out)
-    check_import_replaceable(out)
+    check_replaceable(out, "import", "OUT", {}, MADE_BEFORE)
     folder = local_folder(source)
     marian = read_marian(folder)
     model, tokenizers = marian.model, marian.tokenizers
@@ -115,14 +100,14 @@ def import_marian(source: str, out: str | Path, **decode: object) -> ImportInfo:
     data = DataConfig(corpus=None, src_lang=src_lang, tgt_lang=tgt_lang,
                       joint_vocab=model.model.share_embeddings)  # fmt: skip
     config = RunConfig(model=model.model, data=data, decode=search)
-    with built_aside(out, "import") as staging:
+    with replace_folder(out, "import", "OUT", {}, MADE_BEFORE) as staging:
         tokenizers.save(staging)
         checkpoint = staging / CHECKPOINTS / CHECKPOINT
         checkpoint.mkdir(parents=True)
-        _write_weights(checkpoint / WEIGHTS, marian)
-        write_json_atomic(checkpoint / CONFIG, config.to_dict())
+        _write_weights(checkpoint / WEIGHTS, marian, owner=staging)
+        write_json_atomic(checkpoint / CONFIG, config.to_dict(), owner=staging)
         update_index(staging / CHECKPOINTS, last=CHECKPOINT, best=CHECKPOINT)
-        write_json_atomic(staging / CONFIG, config.to_dict())
+        write_json_atomic(staging / CONFIG, config.to_dict(), owner=staging)
         mark_folder(staging, "import", format=FORMAT, source=source,
                     folder=str(folder.resolve()))  # fmt: skip
     return ImportInfo(source, out, config)
@@ -227,7 +212,7 @@ def _check_weights(weights: WeightFile, model: MarianModel) -> None:
                                 "learned positions cannot be imported")  # fmt: skip
 
 
-def _write_weights(path: Path, marian: MarianFolder) -> None:
+def _write_weights(path: Path, marian: MarianFolder, owner: Path) -> None:
     """Our checkpoint's weights, converted one tensor at a time (vocabulary rows renumbered)."""
     model, weights = marian.model, marian.weights
     config = model.model
@@ -249,7 +234,7 @@ def _write_weights(path: Path, marian: MarianFolder) -> None:
             else:
                 yield ours, weights.get(theirs)
 
-    write_safetensors(path, shapes, tensors(), {"format": "pt"})
+    write_safetensors(path, shapes, tensors(), {"format": "pt"}, owner)
 
 
 def _read_json(path: Path, default: dict | None = None) -> dict:

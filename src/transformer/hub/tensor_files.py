@@ -26,6 +26,7 @@ from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
 from ..errors import UserError
+from ..files import atomic_write
 
 SAFETENSORS, PICKLED = "model.safetensors", "pytorch_model.bin"
 
@@ -77,13 +78,15 @@ def write_safetensors(
     shapes: dict[str, tuple[int, ...]],
     tensors: Iterable[tuple[str, Tensor]],
     metadata: dict[str, str] | None = None,
+    owner: Path | None = None,
 ) -> None:
-    """Writes float32 tensors into a safetensors file, one at a time.
+    """Writes float32 tensors into a safetensors file, one at a time (``files.atomic_write``).
 
     Args:
         shapes: every tensor's name and shape, in the order ``tensors`` yields them.
         tensors: (name, tensor) pairs, computed as they are written.
         metadata: the header's ``__metadata__`` (string values).
+        owner: the folder being built that ``path`` lies in (``files.atomic_write``).
     """
     header: dict[str, object] = {"__metadata__": metadata or {}}
     offset = 0
@@ -98,7 +101,7 @@ def write_safetensors(
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
     order = iter(shapes.items())
-    with open(path, "wb") as f:
+    with atomic_write(path, "wb", owner) as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
         for name, tensor in tensors:
@@ -107,5 +110,5 @@ def write_safetensors(
                 raise ValueError(f"{path}: got {name} {tuple(tensor.shape)}, expected {expected} "
                                  f"{shape}")  # fmt: skip
             f.write(tensor.detach().to(torch.float32).contiguous().numpy().tobytes())
-    if next(order, None) is not None:
-        raise ValueError(f"{path}: fewer tensors than the header announces")
+        if next(order, None) is not None:  # never renamed into place
+            raise ValueError(f"{path}: fewer tensors than the header announces")

@@ -4,17 +4,19 @@
     FOLDER/bleu_by_length.png, .svg   BLEU by source-length bucket, one line per model
     FOLDER/forward_time.png, .svg     milliseconds of a forward pass against sentence length
     FOLDER/training_speed.png, .svg   training tokens per second, one bar per model
-    FOLDER/compare.json               every figure (and what marks FOLDER as a report)
+    FOLDER/compare.json               every figure
+    FOLDER/transformer-report.json    what FOLDER is (a report), listing the files it made
 
-Nothing a user has is lost: FOLDER must be missing, empty or an earlier report (it holds
-``compare.json``); anything else is refused before any work. The report is written into a hidden
-sibling folder and renamed into place once complete; an earlier report is moved aside first
-and deleted after the rename.
+Nothing a user has is lost: FOLDER goes through the write gate (``files.replace_folder``). It
+must be missing, empty or an earlier report holding only the files that report made (a note of
+the user's in it is named, not deleted), and lie inside no run nor any other project folder;
+anything else is refused before any work. The report is written into a hidden sibling folder
+and renamed into place once complete; an earlier report is moved aside first and deleted after
+the rename.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict
 from pathlib import Path
@@ -22,41 +24,46 @@ from pathlib import Path
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 
-from ..errors import UserError
-from ..files import built_aside
+from ..files import (
+    check_replaceable,
+    mark_folder,
+    replace_folder,
+    write_bytes,
+    write_json_atomic,
+    write_text,
+)
+from ..folder_kinds import marker_name
 from .compare import Comparison
+from .visualize import figure_bytes
 
-MARKER = "compare.json"
+NUMBERS = "compare.json"
+MARKER = marker_name("report")  # transformer-report.json
 FORMAT = "transformer/compare"
 PLOTS = ("bleu_by_length", "forward_time", "training_speed")
 FORMATS = ("png", "svg")
+# What a report made before it had a marker listing its files.
+MADE_BEFORE = frozenset({"report.md", NUMBERS, *(f"{p}.{f}" for p in PLOTS for f in FORMATS)})
 
 
 def check_report_folder(out: Path) -> None:
-    """OUT may be missing, an empty folder, or an earlier report; anything else is refused."""
-    if not out.exists() and not out.is_symlink():
-        return
-    if not out.is_dir():
-        raise UserError(f"{out} exists and is not a folder; choose another --out")
-    if any(out.iterdir()) and not (out / MARKER).is_file():
-        raise UserError(f"{out} is not empty and holds no earlier report ({MARKER}); nothing in "
-                        "it is replaced: choose a new or empty --out")  # fmt: skip
+    """OUT may be missing, an empty folder, or an earlier report holding only what it made, and
+    lie inside no project folder (the runs compared are project folders too)."""
+    check_replaceable(out, "report", "--out", {}, MADE_BEFORE)
 
 
 def write_report(comparison: Comparison, out: Path) -> list[Path]:
     """Writes the report into ``out`` (see the module docstring); returns the files, in ``out``."""
-    check_report_folder(out)
     names = [f"{plot}.{fmt}" for plot in PLOTS for fmt in FORMATS]
-    with built_aside(out, "compare") as staging:  # an earlier report is replaced whole
+    with replace_folder(out, "report", "--out", {}, MADE_BEFORE) as staging:  # replaced whole
         figures = (bleu_figure(comparison), forward_figure(comparison), speed_figure(comparison))
         with rc_context({"svg.fonttype": "none"}):  # SVG text stays text
             for plot, figure in zip(PLOTS, figures, strict=True):
                 for fmt in FORMATS:
-                    figure.savefig(staging / f"{plot}.{fmt}", dpi=110)
-        (staging / "report.md").write_text(markdown(comparison), encoding="utf-8")
-        numbers = {"format": FORMAT, **asdict(comparison)}
-        (staging / MARKER).write_text(json.dumps(numbers, indent=2), encoding="utf-8")
-    return [out / name for name in ["report.md", *names, MARKER]]
+                    write_bytes(staging / f"{plot}.{fmt}", figure_bytes(figure, fmt, 110), staging)
+        write_text(staging / "report.md", markdown(comparison), staging)
+        write_json_atomic(staging / NUMBERS, {"format": FORMAT, **asdict(comparison)}, staging)
+        mark_folder(staging, "report", format=FORMAT)
+    return [out / name for name in ["report.md", *names, NUMBERS, MARKER]]
 
 
 def _bucket_labels(c: Comparison, between: str) -> list[str]:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from ..config import DecodeConfig
 from ..errors import UserError
-from ..files import atomic_write
+from ..files import check_output, write_bytes
 from ..inference.engine import TorchEngine
+from ..model_dir import model_dir_of
 from .step_view import step_view
 from .trace import trace_sentence
 
@@ -57,12 +58,14 @@ def engine_view(engine: TorchEngine, sentence: str, decode: DecodeConfig | None 
     return step_view(trace_sentence(engine, sentence, decode), model_facts(engine))
 
 
-def check_destination(out: Path, force: bool) -> None:
-    """Refuses to write over a file (unless ``force``) or a folder, before any work is done."""
+def check_destination(out: Path, force: bool, model_dir: str | Path) -> None:
+    """Where the view of a model in ``model_dir`` may be written (the write gate's rule, before
+    any work): never a folder or a special file, never inside the model or any project folder,
+    and over an existing file only with ``force``, which relaxes nothing else."""
     if out.is_dir():
         raise UserError(f"--html {out} is a folder; give a file name, e.g. {out / 'step.html'}")
-    if (out.exists() or out.is_symlink()) and not force:
-        raise UserError(f"--html {out} exists; choose another file or add --force to replace it")
+    reads = {"MODEL_DIR": model_dir}
+    check_output(out, "--html", reads, new_only=None if force else "--force")
 
 
 @dataclass
@@ -86,12 +89,10 @@ def step_through_job(
     """Writes the step-through view of ``sentence`` to ``out``, one self-contained HTML file,
     through a temporary file renamed into place; an existing file only with ``force``."""
     out = Path(out)
-    check_destination(out, force)
+    check_destination(out, force, model_dir_of(engine.path))
     start = time.perf_counter()
     view = engine_view(engine, sentence, decode)
     html = page_html(view).encode("utf-8")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(out, "wb") as f:
-        f.write(html)
+    write_bytes(out, html)
     seconds = time.perf_counter() - start
     return Written(out, len(html), seconds, view["translation"], view["truncated"])

@@ -27,7 +27,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from ..errors import BadValue
-from ..files import atomic_write
+from ..files import write_bytes
 from ..model.embeddings import sinusoidal_table
 from ..model.transformer import AttentionMaps
 
@@ -221,9 +221,8 @@ def _save(fig: Figure, out_dir: str | Path, stem: str, dpi: int) -> list[Path]:
     paths = [out / f"{stem}.{fmt}" for fmt in FORMATS]
     # SVG text stays text (selectable, and faster to write than one path per glyph).
     with rc_context({"svg.fonttype": "none"}):
-        for path in paths:
-            with atomic_write(path, "wb") as f:  # never half a figure, never through a device
-                fig.savefig(f, format=path.suffix[1:], dpi=dpi)
+        for path in paths:  # never half a figure, never through a device (the write gate)
+            write_bytes(path, figure_bytes(fig, path.suffix[1:], dpi))
     fig.clear()  # free the artists now rather than at the next garbage collection
     return paths
 

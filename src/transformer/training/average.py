@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
-from ..files import folder_kind
+from ..folder_kinds import folder_kind
 from ..model_dir import WEIGHTS, load_checkpoint, read_weights, save_checkpoint, step_checkpoints
 from .rundir import RunDir
 
@@ -31,7 +31,7 @@ def average_weights(folders: list[Path]) -> dict[str, torch.Tensor]:
 def average_last(model_dir: Path, last: int) -> Path:
     """Averages the newest ``last`` step checkpoints of a model directory into a new checkpoint
     ``checkpoints/average_last{N}`` and returns its folder. Only a training run is written
-    into (``files.folder_kind``): never an export, an import or a folder of the user's."""
+    into (``folder_kinds.folder_kind``): never an export, an import or a folder of the user's."""
     if folder_kind(model_dir) != "run":
         raise UserError(f"{model_dir} is not a training run: average reads its step checkpoints "
                         "and writes their average among them")  # fmt: skip

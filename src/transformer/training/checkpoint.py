@@ -7,7 +7,6 @@ The trainer state (optimizer, step, RNG and data-order state) makes ``--resume``
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
 import torch
@@ -24,6 +23,7 @@ from ..model_dir import (
     read_weights,
     step_checkpoints,
 )
+from ..temporaries import clean_leftovers
 
 log = logging.getLogger(__name__)
 
@@ -31,29 +31,31 @@ log = logging.getLogger(__name__)
 def prune_checkpoints(checkpoints: Path, keep: int) -> None:
     """Deletes the oldest ``step_*`` folders beyond ``keep``, never the ones index.json names.
 
-    A folder is renamed to ``.trash-*`` before it is deleted, so an interruption never leaves a
-    half-deleted ``step_*`` folder; ``clean_checkpoints`` removes any such leftovers.
+    A folder is renamed to a hidden ``.NAME.transformer-trash-PID`` before it is deleted, so an
+    interruption never leaves a half-deleted ``step_*`` folder; ``clean_checkpoints`` removes
+    any such leftovers.
     """
     index = read_index(checkpoints)
     protected = {v for v in index.values() if isinstance(v, str)}
     steps = step_checkpoints(checkpoints)
     for old in steps[: max(len(steps) - keep, 0)]:
         if old.name not in protected:
-            remove_tree(old)
+            remove_tree(old, owner=checkpoints)
     clean_checkpoints(checkpoints)
 
 
 def clean_checkpoints(checkpoints: Path) -> list[str]:
-    """Removes what an interrupted save or prune left behind; returns the names removed."""
-    removed = []
+    """Finishes what an interrupted save or prune left behind (the caller holds the run's
+    lock); returns a line for each thing it removed or put back."""
+    said = clean_leftovers(checkpoints)
+    # Older versions named their temporaries .tmp-NAME and .trash-NAME, and a step folder without
+    # its files can only come from a prune that an older version interrupted (it deleted in place).
     leftovers = [*checkpoints.glob(".tmp-*"), *checkpoints.glob(".trash-*")]
-    # A step folder without its files can only come from a prune that an older version of this
-    # code interrupted (it deleted in place).
     leftovers += [p for p in checkpoints.glob("step_*") if p.is_dir() and not is_complete(p)]
     for path in leftovers:
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path.name)
-    return removed
+        remove_tree(path, owner=checkpoints)
+        said.append(f"removed {path.name}")
+    return said
 
 
 def load_trainer_state(folder: Path) -> dict:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import random
 import shlex
-import shutil
 import signal
 import sys
 import time
@@ -36,10 +35,10 @@ from ..config import RunConfig, TrainConfig
 from ..data.batching import example_lengths
 from ..device import autocast, grad_scaler, prepare_runtime, resolve_precision
 from ..errors import Interrupted, LostContact
+from ..files import check_replaceable, remove_tree
 from ..model.build import build_model
 from ..model_dir import (
     WEIGHTS,
-    check_replaceable,
     load_weights,
     resolve_checkpoint,
     save_checkpoint,
@@ -159,7 +158,7 @@ def _prepare_and_run(
         try:
             data = prepare(config, run, resume)
         except BaseException:
-            shutil.rmtree(run.scratch, ignore_errors=True)  # a half-made training set
+            remove_tree(run.scratch, owner=run.root)  # a half-made training set
             raise
         saved = resume_point(run.checkpoints) if resume else None
         out = run.destination(resume)

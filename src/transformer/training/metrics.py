@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from ..files import open_log
 from .distributed import World
 from .loss import LossSums
 from .rundir import RunDir
@@ -20,7 +21,7 @@ class MetricsLog:
 
     def __init__(self, path: Path, tensorboard_dir: Path, resume: bool = False) -> None:
         self.path = path
-        self.file = open(self.path, "a" if resume else "w", encoding="utf-8")  # noqa: SIM115
+        self.file = open_log(self.path, owner=path.parent, fresh=not resume)
         self.tensorboard = None
         try:  # optional: only when the user has installed tensorboard
             from torch.utils.tensorboard import SummaryWriter

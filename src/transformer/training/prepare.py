@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import random
-import shutil
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -26,6 +25,7 @@ from ..data.readers import Pair
 from ..data.splits import PairStream
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
+from ..files import remove_tree
 from ..model_dir import model_dir_of, read_config, resolve_checkpoint
 from .rundir import RunDir
 
@@ -183,7 +183,7 @@ def _training_set(
         dataset = TokenDataset.open(run.data)
         pairs.skipped = meta.get("skipped_empty", 0)
         return Binarized(dataset, len(dataset), meta.get("too_long", 0))
-    shutil.rmtree(run.scratch, ignore_errors=True)
+    remove_tree(run.scratch, owner=run.root)
     return binarize(pairs, tokenizers, max_len, run.scratch, provenance)
 
 

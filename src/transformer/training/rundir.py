@@ -8,34 +8,33 @@
     OUT/data/train/      the binarized training set (data/binarized.py)
     OUT/.lock            held (flock) by the training that writes into OUT
     OUT/.staging/        a new run that --overwrite builds aside, swapped in at its first checkpoint
-    OUT/transformer-run.json   the marker that says OUT is a run (model_dir.mark_folder)
+    OUT/transformer-run.json   the marker that says OUT is a run (files.mark_folder)
 
 Nothing a user has is lost: OUT may not lie inside another project folder nor be one of another
-kind (``model_dir.check_replaceable``), a training takes the lock before it looks at anything,
+kind (``files.check_replaceable``), a training takes the lock before it looks at anything,
 validates everything before it writes anything, and ``--overwrite`` builds the new run in
 ``.staging`` while the old one stays in place. Only once the new run has a checkpoint are the
 entries swapped, with a marker file that lets the next start finish a swap that a crash
 interrupted. Only a run's own entries are ever replaced: a folder that holds one of them
-without being a run is refused, and other files in OUT are never touched.
+without being a run is refused, and other files in OUT are never touched. Every write goes
+through the write gate (``files.py``), naming OUT as its owner.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import logging
-import os
-import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from ..config import RunConfig, build_config
 from ..data.tokenizer import TOKENIZER_DIR
 from ..errors import UserError
-from ..files import folder_kind, fsync_dir, marker_name, write_json_atomic
-from ..model_dir import CHECKPOINTS, CONFIG, mark_folder, step_checkpoints
+from ..files import Busy, exclusive_lock, mark_folder, move, remove_tree, write_json_atomic
+from ..folder_kinds import folder_kind, marker_name
+from ..model_dir import CHECKPOINTS, CONFIG, step_checkpoints
+from ..temporaries import clean_leftovers, fsync_dir
 from .checkpoint import clean_checkpoints
 
 log = logging.getLogger(__name__)
@@ -99,9 +98,8 @@ class RunDir:
         if not scratch.exists():
             return
         self.data.parent.mkdir(parents=True, exist_ok=True)
-        if self.data.exists():
-            shutil.rmtree(self.data)
-        os.rename(scratch, self.data)
+        remove_tree(self.data, owner=self.root)
+        move(scratch, self.data, owner=self.root)
 
     def has_run(self) -> bool:
         """Whether this folder is a training run (its marker, or the layout of an older run)."""
@@ -154,30 +152,27 @@ class RunDir:
         """
         created = not self.root.exists()
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.root / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as error:
-            raise UserError(
-                f"cannot create the model directory {self.root}: {error.strerror}"
-            ) from None
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as error:
-                if error.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-                raise UserError(
-                    f"{self.root} is in use by another training (process {holder}); wait for it "
-                    f"to finish or choose another --out"
-                ) from None
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-            yield
+            with ExitStack() as lock:
+                try:
+                    self.root.mkdir(parents=True, exist_ok=True)
+                    lock.enter_context(exclusive_lock(self.root / self.LOCK, owner=self.root))
+                except Busy as busy:
+                    raise UserError(
+                        f"{self.root} is in use by another training (process {busy.holder}); "
+                        "wait for it to finish or choose another --out"
+                    ) from None
+                except OSError as error:
+                    raise UserError(
+                        f"cannot create the model directory {self.root}: {error.strerror}"
+                    ) from None
+                yield
         finally:
-            os.close(fd)
-            if created and [p.name for p in self.root.iterdir()] == [self.LOCK]:
-                shutil.rmtree(self.root, ignore_errors=True)
+            if (
+                created
+                and self.root.is_dir()
+                and [p.name for p in self.root.iterdir()] == [self.LOCK]
+            ):
+                remove_tree(self.root, owner=self.root)
 
     # ------------------------------------------------------------------- overwrite, safely
     def destination(self, resume: bool) -> Destination:
@@ -188,7 +183,7 @@ class RunDir:
     def staging(self) -> RunDir:
         """Where ``--overwrite`` builds the new run (empty)."""
         staged = RunDir(self.root / self.STAGING)
-        shutil.rmtree(staged.root, ignore_errors=True)
+        remove_tree(staged.root, owner=self.root)
         staged.root.mkdir(parents=True)
         return staged
 
@@ -199,7 +194,7 @@ class RunDir:
         interrupts the swap, ``recover`` finishes it from there.
         """
         entries = [name for name in self.ENTRIES if (staged.root / name).exists()]
-        write_json_atomic(staged.root / self.READY, entries)
+        write_json_atomic(staged.root / self.READY, entries, owner=staged.root)
         self._finish_swap(staged)
 
     def _finish_swap(self, staged: RunDir) -> None:
@@ -212,13 +207,13 @@ class RunDir:
             if name in new_entries and not new.exists():
                 continue  # swapped before the crash: current is the new run's
             if current.exists():
-                shutil.rmtree(replaced / name, ignore_errors=True)
-                os.rename(current, replaced / name)
+                remove_tree(replaced / name, owner=self.root)
+                move(current, replaced / name, owner=self.root)
             if new.exists():
-                os.rename(new, current)
+                move(new, current, owner=self.root)
         fsync_dir(self.root)
-        shutil.rmtree(staged.root, ignore_errors=True)
-        shutil.rmtree(replaced, ignore_errors=True)
+        remove_tree(staged.root, owner=self.root)
+        remove_tree(replaced, owner=self.root)
 
     def recover(self) -> None:
         """Called under the lock before anything else: finishes a swap that a crash interrupted,
@@ -229,17 +224,20 @@ class RunDir:
             log.warning(f"finishing the replacement of {self.root} that was interrupted")
             self._finish_swap(staged)
         elif staged.root.exists():
-            shutil.rmtree(staged.root)
+            remove_tree(staged.root, owner=self.root)
             log.warning(
                 f"removed {staged.root}: an --overwrite run that stopped before its first "
                 f"checkpoint (the run in {self.root} was kept)"
             )
-        shutil.rmtree(self.root / self.REPLACED, ignore_errors=True)
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        remove_tree(self.root / self.REPLACED, owner=self.root)
+        remove_tree(self.scratch, owner=self.root)
+        for line in clean_leftovers(self.root):  # of this folder's own files
+            log.warning(line)
         if self.checkpoints.exists():
-            removed = clean_checkpoints(self.checkpoints)
-            if removed:
-                log.warning(f"removed unfinished folders in {self.checkpoints}: {removed}")
+            said = clean_checkpoints(self.checkpoints)
+            if said:
+                log.warning(f"finished what an interrupted save or prune left in "
+                            f"{self.checkpoints}: {'; '.join(said)}")  # fmt: skip
 
     def mark(self) -> None:
         """Makes this folder a run (its marker): written before any of the run's entries, so
@@ -247,7 +245,7 @@ class RunDir:
         mark_folder(self.root, "run")
 
     def save_config(self, values: dict) -> None:
-        write_json_atomic(self.config, values)
+        write_json_atomic(self.config, values, owner=self.root)
 
 
 class Destination:
@@ -275,4 +273,4 @@ class Destination:
     def discard(self) -> None:
         """Drops a staged run that never reached its first checkpoint."""
         if self.staged:
-            shutil.rmtree(self.current.root, ignore_errors=True)
+            remove_tree(self.current.root, owner=self.run.root)

@@ -1,0 +1,90 @@
+"""What a folder is: a project folder that a command of this project made, or the user's own.
+
+Every folder a command makes says what it is with a marker file, ``transformer-KIND.json``:
+
+    run      ``train`` (its entries are replaced one by one, never the folder: training/rundir.py)
+    export   ``export``, any format              replaced whole by the next export into it
+    import   ``import`` (another toolkit's model) replaced whole by the next import into it
+    report   ``compare``                         replaced whole by the next report into it
+
+A folder replaced whole lists in its marker every entry its command made (``files``): the next
+command of its kind replaces it only if it holds nothing else (``files.check_replaceable``).
+``files.mark_folder`` writes the markers; this module only reads them, and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+KINDS = ("run", "export", "import", "report")  # the project folders that carry a marker
+WHOLE = ("export", "import", "report")  # the kinds a command replaces whole
+_RUN_FOLDERS = ("checkpoints", "tokenizer")
+# A report made before reports had a kind marker: its page and its numbers.
+_OLDER_REPORT = ("report.md", "compare.json")
+
+
+def marker_name(kind: str) -> str:
+    """The marker file of a project folder of ``kind``: ``transformer-run.json``, ..."""
+    return f"transformer-{kind}.json"
+
+
+def folder_kind(path: str | Path) -> str | None:
+    """What project folder ``path`` is: "run", "export", "import" or "report" (its marker), else
+    None.
+
+    Folders made before markers existed are recognised by their layout: a run by ``config.json``
+    beside ``checkpoints/`` or ``tokenizer/`` (an export, which has both too, has always had a
+    marker), a report by its ``report.md`` beside ``compare.json``.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    for kind in KINDS:
+        if (path / marker_name(kind)).is_file():
+            return kind
+    if (path / "config.json").is_file() and any((path / d).is_dir() for d in _RUN_FOLDERS):
+        return "run"
+    if all((path / name).is_file() for name in _OLDER_REPORT):
+        return "report"
+    return None
+
+
+def is_checkpoint_folder(path: Path) -> bool:
+    """A checkpoint (``model.safetensors`` and ``config.json``), inside a run or copied alone."""
+    return (path / "model.safetensors").is_file() and (path / "config.json").is_file()
+
+
+def kind_of(path: Path) -> str | None:
+    """``folder_kind``, or "checkpoint" for a checkpoint folder."""
+    return folder_kind(path) or ("checkpoint" if is_checkpoint_folder(path) else None)
+
+
+def project_folder_of(path: str | Path) -> tuple[Path, str] | None:
+    """The nearest folder above ``path`` (links resolved) that a command of this project made:
+    (folder, kind), the kind being run, export, import, report or checkpoint; None if none."""
+    for folder in Path(os.path.realpath(path)).parents:
+        kind = kind_of(folder)
+        if kind is not None:
+            return folder, kind
+    return None
+
+
+def describe_folder(folder: Path, kind: str) -> str:
+    """The folder as messages name it: the run /a/b (transformer-run.json), ..."""
+    marker = folder / marker_name(kind)
+    return f"the {kind} {folder}" + (f" ({marker.name})" if marker.is_file() else "")
+
+
+def made_entries(folder: Path, kind: str, made_before: frozenset[str]) -> set[str]:
+    """The entries of ``folder`` that its command made: those its marker lists, or for a folder
+    whose marker lists none (made by an older version), ``made_before``."""
+    try:
+        values = json.loads((folder / marker_name(kind)).read_text(encoding="utf-8"))
+        files = values.get("files")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        files = None
+    if isinstance(files, list) and all(isinstance(name, str) for name in files):
+        return set(files)
+    return set(made_before)
