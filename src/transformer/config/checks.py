@@ -64,6 +64,15 @@ def check_finite(obj: object) -> None:
             raise BadValue(f"{type(obj).__name__}.{f.name} must be a finite number, got {value!r}")
 
 
+def check_sizes(obj: object, limits: dict[str, int]) -> None:
+    """Every field named in ``limits`` is an integer from 1 to its limit."""
+    for name, high in limits.items():
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
+            raise BadValue(f"{type(obj).__name__}.{name} must be an integer from 1 to {high:,}, "
+                           f"got {value!r}")  # fmt: skip
+
+
 def check_positive(obj: object, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
