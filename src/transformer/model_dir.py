@@ -55,6 +55,7 @@ from .files import (
     write_json_atomic,
 )
 from .model.build import Seq2Seq, build_model
+from .reading import entry_in, read_json
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -120,16 +121,18 @@ def save_checkpoint(
 
 
 def index_pointers(checkpoints: Path) -> tuple[dict, str | None]:
-    """The index's pointers, and why it could not be used (None when it was fine)."""
+    """The index's pointers, and why it could not be used (None when it was fine).
+
+    A pointer is the name of a folder in ``checkpoints``: one that leaves it (an absolute path,
+    ``..``, a link out of it: another model's checkpoint) is refused, never followed."""
     path = checkpoints / INDEX
-    if not path.exists():
-        return {}, f"{path} is missing"
     try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(index, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        return {}, f"{path} is unreadable ({error})"
+        index = read_json(path)
+    except UserError as error:  # missing, not JSON, too deep, too large: the caller falls back
+        return {}, str(error)
+    for key in ("last", "best"):
+        if isinstance(index.get(key), str):
+            entry_in(checkpoints, index[key], str(path), key)
     return index, None
 
 
@@ -177,7 +180,7 @@ def resolve_checkpoint(path: Path, which: str = "best") -> Path:
     checkpoints = path / CHECKPOINTS
     index, problem = index_pointers(checkpoints)
     for key in (which, "last"):
-        if key in index and is_complete(checkpoints / str(index[key])):
+        if isinstance(index.get(key), str) and is_complete(checkpoints / index[key]):
             return checkpoints / index[key]
     steps = step_checkpoints(checkpoints)
     if steps:
@@ -190,11 +193,7 @@ def resolve_checkpoint(path: Path, which: str = "best") -> Path:
 def read_config(folder: Path) -> RunConfig:
     """The RunConfig saved in a checkpoint folder."""
     path = folder / CONFIG
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise UserError(f"cannot read {path}: {error}") from None
-    return build_config(values, str(path))
+    return build_config(read_json(path), str(path))
 
 
 def load_checkpoint(path: Path, which: str = "best", device: torch.device | str = "cpu") -> Loaded:
@@ -205,7 +204,7 @@ def load_checkpoint(path: Path, which: str = "best", device: torch.device | str 
     """
     folder = resolve_checkpoint(Path(path), which)
     config = read_config(folder)
-    model = build_model(config.model)  # the Transformer or the RNN the config names
+    model = build_model(config.model, str(folder / CONFIG))  # the Transformer or the RNN
     load_weights(model, folder / WEIGHTS)
     return Loaded(model.to(device).eval(), config, folder)
 
@@ -213,7 +212,7 @@ def load_checkpoint(path: Path, which: str = "best", device: torch.device | str 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of a safetensors file; a damaged or unreadable file is a UserError naming it."""
     try:
-        return load(path.read_bytes())
+        state = load(path.read_bytes())
     except FileNotFoundError:
         raise UserError(f"{path} is missing") from None
     except OSError as error:
@@ -221,6 +220,7 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
     except SafetensorError as error:
         reason = str(error).rsplit(":", 1)[-1].strip()
         raise UserError(f"{path} is damaged ({reason}); it cannot be loaded") from None
+    return state
 
 
 def load_weights(model: Seq2Seq, path: Path) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from ..errors import UserError
+from ..reading import read_json
 from ..vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 PIECES_SUFFIX = ".pieces.json"
@@ -71,14 +72,9 @@ class VocabTokenizer:
         table_path = model_path.with_suffix(PIECES_SUFFIX)
         try:
             model = model_path.read_bytes()
-            table = json.loads(table_path.read_text(encoding="utf-8"))
         except FileNotFoundError as error:
             raise UserError(f"file not found: {error.filename}") from None
-        except (UnicodeDecodeError, ValueError) as error:
-            raise UserError(f"cannot read {table_path}: {error}") from None
-        if not isinstance(table, list):
-            raise UserError(f"{table_path}: expected a JSON list of pieces")
-        return cls(model, table, str(table_path))
+        return cls(model, read_json(table_path, list), str(table_path))
 
     @property
     def vocab_size(self) -> int:

@@ -24,7 +24,6 @@ OUT may not lie inside another project folder (``model_dir.check_replaceable``).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from ..data.tokenizer import Tokenizers
 from ..data.vocab_tokenizer import VocabTokenizer
 from ..errors import BadValue, UserError
 from ..files import built_aside, folder_kind, marker_name, write_json_atomic
+from ..model.build import check_memory
 from ..model.embeddings import sinusoidal_table
 from ..model.transformer import Transformer
 from ..model_dir import (
@@ -47,6 +47,7 @@ from ..model_dir import (
     model_state,
     update_index,
 )
+from ..reading import in_range, read_json, typed
 from .marian_config import MarianModel, model_config
 from .marian_vocab import Rows, ours_from_marian, read_vocab
 from .marian_weights import BIAS, LM_HEAD, POSITIONS, layer_names, table_names, take_rows
@@ -59,6 +60,7 @@ HUB_HINT = "pip install 'transformer[hub]' (or pip install huggingface_hub)"
 HUB_NAME = re.compile(r"[\w.-]+/[\w.-]+")
 # What snapshot_download fetches: never the TensorFlow, Flax or Rust copies of the weights.
 HUB_FILES = ["*.json", "*.spm", "model.safetensors"]
+MAX_BEAMS = 1024  # the widest default beam an import takes from generation_config.json
 
 
 @dataclass
@@ -160,9 +162,10 @@ def read_marian(folder: Path) -> MarianFolder:
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise UserError(f"{folder} is not a Hugging Face model folder: config.json is missing")
-    model = model_config(_read_json(config_path), str(config_path))
-    options = _read_json(folder / "tokenizer_config.json", {})
-    separate = bool(options.get("separate_vocabs", False))
+    model = model_config(read_json(config_path), str(config_path))
+    check_memory(model.model, str(config_path))
+    options = _read_optional(folder / "tokenizer_config.json")
+    separate = typed(options, "separate_vocabs", bool, str(folder / "tokenizer_config.json"), False)
     for name in ("source.spm", "target.spm", "vocab.json") + (("target_vocab.json",) * separate):
         if not (folder / name).is_file():
             raise UserError(f"{folder} is not a complete Marian model: {name} is missing")
@@ -252,33 +255,30 @@ def _write_weights(path: Path, marian: MarianFolder) -> None:
     write_safetensors(path, shapes, tensors(), {"format": "pt"})
 
 
-def _read_json(path: Path, default: dict | None = None) -> dict:
-    if default is not None and not path.is_file():
-        return default
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise UserError(f"cannot read {path}: {error}") from None
-    if not isinstance(values, dict):
-        raise UserError(f"{path}: expected a JSON object")
-    return values
+def _read_optional(path: Path) -> dict:
+    """A JSON object that may be missing ({})."""
+    return read_json(path) if path.exists() or path.is_symlink() else {}
 
 
 def _num_beams(folder: Path) -> int:
-    """The beam the model was published with (generation_config.json, else config.json)."""
+    """The beam the model was published with (generation_config.json, else config.json): an
+    integer from 1 to ``MAX_BEAMS``, else a one-line error naming the file."""
     for name in ("generation_config.json", "config.json"):
-        beams = _read_json(folder / name, {}).get("num_beams")
-        if isinstance(beams, int) and beams >= 1:
-            return beams
+        beams = typed(_read_optional(folder / name), "num_beams", (int, None), str(folder / name),
+                      None)  # fmt: skip
+        if beams is not None:
+            return int(in_range(beams, 1, MAX_BEAMS, str(folder / name), "num_beams"))
     return DecodeConfig().beam_size
 
 
 def _languages(folder: Path, source: str) -> tuple[str, str]:
     """Source and target language codes: tokenizer_config.json's, else the name's
     (opus-mt-SRC-TGT), else "src" and "tgt"."""
-    options = _read_json(folder / "tokenizer_config.json", {})
-    src, tgt = options.get("source_lang"), options.get("target_lang")
-    if isinstance(src, str) and isinstance(tgt, str):
+    path = folder / "tokenizer_config.json"
+    options = _read_optional(path)
+    src, tgt = (typed(options, key, (str, None), str(path), None)
+                for key in ("source_lang", "target_lang"))  # fmt: skip
+    if src and tgt:
         return src, tgt
     found = re.search(r"opus-mt-([^-/]+)-([^-/]+)$", source.rstrip("/"))
     return (found.group(1), found.group(2)) if found else ("src", "tgt")

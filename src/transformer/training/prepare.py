@@ -27,6 +27,7 @@ from ..data.splits import PairStream
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..model_dir import model_dir_of, read_config, resolve_checkpoint
+from ..reading import typed
 from .rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -180,9 +181,9 @@ def _training_set(
     else a new one in the scratch folder (streamed through the corpus once)."""
     meta = read_meta(run.data)
     if meta is not None and {k: meta.get(k) for k in provenance} == provenance:
-        dataset = TokenDataset.open(run.data)
-        pairs.skipped = meta.get("skipped_empty", 0)
-        return Binarized(dataset, len(dataset), meta.get("too_long", 0))
+        dataset, origin = TokenDataset.open(run.data), str(run.data / "meta.json")
+        pairs.skipped = typed(meta, "skipped_empty", int, origin, 0)
+        return Binarized(dataset, len(dataset), typed(meta, "too_long", int, origin, 0))
     shutil.rmtree(run.scratch, ignore_errors=True)
     return binarize(pairs, tokenizers, max_len, run.scratch, provenance)
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import logging
 import os
 import shutil
@@ -36,6 +35,7 @@ from ..data.tokenizer import TOKENIZER_DIR
 from ..errors import UserError
 from ..files import folder_kind, fsync_dir, marker_name, write_json_atomic
 from ..model_dir import CHECKPOINTS, CONFIG, mark_folder, step_checkpoints
+from ..reading import read_json
 from .checkpoint import clean_checkpoints
 
 log = logging.getLogger(__name__)
@@ -114,11 +114,7 @@ class RunDir:
         """The RunConfig of the run in this folder."""
         if not self.config.exists():
             raise UserError(f"{self.root} holds no run to resume ({self.config} is missing)")
-        try:
-            values = json.loads(self.config.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as error:
-            raise UserError(f"cannot read {self.config}: {error}") from None
-        return build_config(values, str(self.config))
+        return build_config(read_json(self.config), str(self.config))
 
     def check_start(self, resume: bool, overwrite: bool) -> None:
         """Refuses a start that could lose a run, with the way out in the message."""
@@ -204,7 +200,7 @@ class RunDir:
 
     def _finish_swap(self, staged: RunDir) -> None:
         """Moves the old entries aside and the new ones in; safe to run again after a crash."""
-        new_entries = json.loads((staged.root / self.READY).read_text(encoding="utf-8"))
+        new_entries = read_json(staged.root / self.READY, list)
         replaced = self.root / self.REPLACED
         replaced.mkdir(exist_ok=True)
         for name in self.ENTRIES:
