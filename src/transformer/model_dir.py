@@ -210,7 +210,8 @@ def load_checkpoint(path: Path, which: str = "best", device: torch.device | str 
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file; a damaged or unreadable file is a UserError naming it."""
+    """The tensors of a safetensors file; a damaged or unreadable file, or one holding a
+    non-finite weight (``check_weights_finite``), is a UserError naming it."""
     try:
         state = load(path.read_bytes())
     except FileNotFoundError:
@@ -220,7 +221,34 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
     except SafetensorError as error:
         reason = str(error).rsplit(":", 1)[-1].strip()
         raise UserError(f"{path} is damaged ({reason}); it cannot be loaded") from None
+    for name, tensor in state.items():
+        check_weights_finite(tensor, name, path)
     return state
+
+
+# The one tensor whose entries may be −inf: the output bias of a row that must never be produced
+# (an imported model's padding row, an exported one's unused entries: hub/marian_vocab.py).
+MAY_BE_MINUS_INF = ("output.bias", "final_logits_bias")
+
+
+def check_weights_finite(tensor: torch.Tensor, name: str, path: Path) -> None:
+    """A one-line UserError naming ``path`` and the tensor ``name`` if it holds a NaN or an
+    infinity (−inf is allowed in an output bias, ``MAY_BE_MINUS_INF``, except in every entry):
+    a search on such weights has no answer, and a training from them no gradient."""
+    if not tensor.is_floating_point() or bool(tensor.isfinite().all()):
+        return  # one pass for the weights of every model that loads
+    minus_inf_allowed = name in MAY_BE_MINUS_INF
+    bad = tensor.isnan() | (tensor == float("inf"))
+    if not minus_inf_allowed:
+        bad |= tensor == float("-inf")
+    count = int(bad.sum())
+    if count:
+        first = tensor.flatten()[bad.flatten().nonzero()[0]].item()
+        raise UserError(f"{path}: the tensor {name} holds {count:,} non-finite values (the "
+                        f"first: {first}); these weights are damaged and not used")  # fmt: skip
+    if minus_inf_allowed and tensor.numel() and bool((tensor == float("-inf")).all()):
+        raise UserError(f"{path}: the tensor {name} is -inf in every entry, so no token can be "
+                        "produced; these weights are damaged and not used")  # fmt: skip
 
 
 def load_weights(model: Seq2Seq, path: Path) -> None:

@@ -43,6 +43,7 @@ from ..model_dir import (
     CONFIG,
     WEIGHTS,
     check_replaceable,
+    check_weights_finite,
     mark_folder,
     model_state,
     update_index,
@@ -221,6 +222,8 @@ def _check_weights(weights: WeightFile, model: MarianModel) -> None:
     if unknown:
         raise UserError(f"{weights.path} holds weights a Marian model does not have: "
                         f"{', '.join(unknown[:3])}")  # fmt: skip
+    for theirs in sorted(set(names.values()) & set(weights.shapes)):  # one tensor at a time
+        check_weights_finite(weights.get(theirs), theirs, weights.path)
     table = sinusoidal_table(config.max_positions, config.d_model, "halves")  # (P, D)
     for name in POSITIONS:
         if name in weights.shapes:  # written by older versions; Marian's are fixed sinusoids
