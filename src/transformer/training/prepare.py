@@ -26,6 +26,7 @@ from ..data.readers import Pair
 from ..data.splits import PairStream
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
+from ..model.build import check_memory
 from ..model_dir import model_dir_of, read_config, resolve_checkpoint
 from ..reading import typed
 from .rundir import RunDir
@@ -126,6 +127,7 @@ def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
         raise UserError(f"{error}: the tokenizers have {sizes[0]} and {sizes[1]} pieces; "
                         "set data.joint_vocab: true to share embeddings") from None  # fmt: skip
     config = replace(config, model=model)
+    check_memory(config.model, str(run.config) if resume else "")  # before anything is written
 
     max_len = min(config.data.max_len, config.model.max_positions)
     provenance = {"data": asdict(config.data), "max_len": max_len,
