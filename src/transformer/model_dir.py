@@ -253,6 +253,15 @@ def check_weights_finite(tensor: torch.Tensor, name: str, path: Path) -> None:
 
 def load_weights(model: Seq2Seq, path: Path) -> None:
     """Copies safetensors weights into ``model``; names and shapes must match exactly."""
+    state = weights_of(model, path)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(state[name])
+
+
+def weights_of(model: Seq2Seq, path: Path) -> dict[str, torch.Tensor]:
+    """``read_weights``, whose names and shapes must be exactly ``model``'s (which may be on the
+    meta device: only its shapes are read)."""
     state = read_weights(path)
     expected = model_state(model)
     if set(state) != set(expected):
@@ -263,9 +272,7 @@ def load_weights(model: Seq2Seq, path: Path) -> None:
         if state[name].shape != tensor.shape:
             raise UserError(f"{path}: {name} has shape {tuple(state[name].shape)}, the model "
                             f"{tuple(tensor.shape)}")  # fmt: skip
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            param.copy_(state[name])
+    return state
 
 
 def model_dir_of(folder: Path) -> Path:
