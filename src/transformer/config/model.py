@@ -20,7 +20,7 @@ RNN_ATTENTIONS = ("none", "bahdanau", "luong")
 # (10^7 layers); below them, whether the weights fit is the memory check's (model/build.py).
 SIZE_LIMITS = {
     "src_vocab_size": 1_048_576, "tgt_vocab_size": 1_048_576, "d_model": 65_536,
-    "n_heads": 65_536, "d_ff": 262_144, "n_encoder_layers": 1_000, "n_decoder_layers": 1_000,
+    "n_heads": 1_024, "d_ff": 262_144, "n_encoder_layers": 1_000, "n_decoder_layers": 1_000,
     "max_positions": 65_536, "rnn_hidden": 65_536, "rnn_layers": 1_000, "rnn_embedding": 65_536,
 }  # fmt: skip
 # The keys only the RNN encoder-decoder reads; the Transformer ignores them (and the RNN ignores
@@ -48,7 +48,7 @@ class ModelConfig:
     d_model: int = 512
     """Width of every token vector (the paper's d_model); at most 65,536."""
     n_heads: int = 8
-    """Attention heads h; each has width d_model / h."""
+    """Attention heads h; each has width d_model / h; at most 1,024."""
     d_ff: int = 2048
     """Inner width of the position-wise feed-forward network; at most 262,144."""
     n_encoder_layers: int = 6
