@@ -190,6 +190,16 @@ def test_non_finite_weights_are_refused_naming_the_tensor(home, damage, command)
     assert ("nan" if damage == "all NaN" else "inf") in line
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "needle"), [("n_encoder_layers", 3, "missing ["), ("d_ff", 128, "(64, 32)")]
+)
+def test_export_checks_the_weights_against_the_config(home, key, value, needle):
+    """A config whose sizes are not the weights' was a KeyError, or a broken export, exit 0."""
+    edit_configs(home / "M", **{key: value})
+    args = ["export", str(home / "M"), "--to", "huggingface", str(home / "HF")]
+    refused(home, args, "model.safetensors", needle)
+
+
 # ------------------------------------------------------------------------------ size limits
 @pytest.mark.parametrize("which", ["json", "yaml"])
 def test_a_file_over_the_size_limit_is_refused_unread(home, monkeypatch, which):
