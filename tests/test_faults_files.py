@@ -205,7 +205,7 @@ def test_export_checks_the_weights_against_the_config(home, key, value, needle):
 def test_a_file_over_the_size_limit_is_refused_unread(home, monkeypatch, which):
     m = home / "M"
     if which == "json":
-        monkeypatch.setattr(reading, "MAX_JSON_BYTES", 1000)
+        monkeypatch.setattr(reading, "MAX_BYTES", 1000)
         path = steps(m)[-1] / "config.json"
         path.write_text(path.read_text() + " " * 1000)  # still valid JSON
         refused(home, translate(home, steps(m)[-1]), "config.json", "larger than 1,000 bytes")

@@ -6,8 +6,9 @@ Every JSON or YAML file a command reads goes through here: a model directory's `
 ``generation_config.json``, ``tokenizer_config.json`` and ``vocab.json``, and YAML config files.
 Whoever wrote them, the reader
 
-- reads at most ``MAX_JSON_BYTES`` (``MAX_YAML_BYTES``) and refuses a longer file: a device or a
-  file that keeps growing is cut off there, and a FIFO with no writer reads as empty;
+- reads at most ``MAX_BYTES`` (``MAX_YAML_BYTES``) and refuses a longer file: a device or a
+  file that keeps growing is cut off there, and a FIFO with no writer reads as empty (so are
+  SentencePiece models, ``read_bytes``);
 - refuses nesting deeper than ``MAX_DEPTH``: 100,000 opening brackets were a ``RecursionError``
   in ``json.loads``; now any depth is one line;
 - refuses a number that is not finite (``NaN``, ``Infinity``, ``1e999``);
@@ -33,7 +34,7 @@ import yaml
 
 from .errors import UserError
 
-MAX_JSON_BYTES = 64 * 2**20  # a vocab.json of 250,000 pieces is about 5 MB
+MAX_BYTES = 64 * 2**20  # JSON, SentencePiece models: a vocab.json of 250,000 pieces is 5 MB
 MAX_YAML_BYTES = 2**20  # a config file is a few kB; PyYAML reads 1 MiB in about 5 s here
 MAX_DEPTH = 32  # our files nest 3 levels deep, Hugging Face's config.json 3 or 4
 REQUIRED = object()  # ``typed``'s default: the key must be there
@@ -43,10 +44,10 @@ _NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or 
 
 
 def read_bytes(path: str | Path, limit: int | None = None) -> bytes:
-    """The bytes of a file, at most ``limit`` of them (default ``MAX_JSON_BYTES``); a missing,
+    """The bytes of a file, at most ``limit`` of them (default ``MAX_BYTES``); a missing,
     unreadable or longer file is a UserError naming it. Never blocks on a FIFO that has no
     writer."""
-    path, limit = Path(path), MAX_JSON_BYTES if limit is None else limit
+    path, limit = Path(path), MAX_BYTES if limit is None else limit
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO does not wait
     except FileNotFoundError:

@@ -30,7 +30,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from ..errors import UserError
-from ..reading import read_json
+from ..reading import read_bytes, read_json
 from ..vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 PIECES_SUFFIX = ".pieces.json"
@@ -70,11 +70,9 @@ class VocabTokenizer:
         """Reads ``NAME.model`` and its table ``NAME.pieces.json`` (``path`` is the former)."""
         model_path = Path(path)
         table_path = model_path.with_suffix(PIECES_SUFFIX)
-        try:
-            model = model_path.read_bytes()
-        except FileNotFoundError as error:
-            raise UserError(f"file not found: {error.filename}") from None
-        return cls(model, read_json(table_path, list), str(table_path))
+        if not model_path.exists():
+            raise UserError(f"file not found: {model_path}")
+        return cls(read_bytes(model_path), read_json(table_path, list), str(table_path))
 
     @property
     def vocab_size(self) -> int:

@@ -48,7 +48,7 @@ from ..model_dir import (
     model_state,
     update_index,
 )
-from ..reading import in_range, read_json, typed
+from ..reading import in_range, read_bytes, read_json, typed
 from .marian_config import MarianModel, model_config
 from .marian_vocab import Rows, ours_from_marian, read_vocab
 from .marian_weights import BIAS, LM_HEAD, POSITIONS, layer_names, table_names, take_rows
@@ -186,8 +186,8 @@ def read_marian(folder: Path) -> MarianFolder:
                         f"= {model.eos}, but {tgt_path} has <pad> at {tgt_rows[2]} and </s> at "
                         f"{tgt_rows[3]}")  # fmt: skip
     tokenizers = Tokenizers(
-        VocabTokenizer((folder / "source.spm").read_bytes(), src_table, str(folder / "source.spm")),
-        VocabTokenizer((folder / "target.spm").read_bytes(), tgt_table, str(folder / "target.spm")),
+        VocabTokenizer(read_bytes(folder / "source.spm"), src_table, str(folder / "source.spm")),
+        VocabTokenizer(read_bytes(folder / "target.spm"), tgt_table, str(folder / "target.spm")),
     )
     weights = WeightFile(folder)
     _check_weights(weights, model)
