@@ -191,6 +191,17 @@ def test_non_finite_weights_are_refused_naming_the_tensor(home, damage, command)
 
 
 @pytest.mark.parametrize(
+    ("line", "needle"),
+    [('{"step": ' + DEEP + "}", f"line 4 {TOO_DEEP}"), ('{"step": "ten"}', "must be an integer")],
+)
+def test_a_damaged_metrics_log_is_one_line_in_compare(home, line, needle):
+    log = home / "M" / "metrics.jsonl"
+    rows = log.read_text().splitlines()[:3]
+    log.write_text("\n".join([*rows, line]) + "\n")
+    refused(home, ["compare", str(home / "M"), "--out", str(home / "R")], "metrics.jsonl", needle)
+
+
+@pytest.mark.parametrize(
     ("key", "value", "needle"), [("n_encoder_layers", 3, "missing ["), ("d_ff", 128, "(64, 32)")]
 )
 def test_export_checks_the_weights_against_the_config(home, key, value, needle):
