@@ -169,12 +169,12 @@ def typed(values: Mapping, key: str, kind: type | tuple, origin: str, default: A
 
 
 def in_range(value: int | float, low: int | float, high: int | float, origin: str, key: str,
-             owner: str = "") -> int | float:  # fmt: skip
+             why: str = "") -> int | float:  # fmt: skip
     """``value`` if ``low <= value <= high``, else a UserError naming ``origin``, the key, the
-    value and the range (and ``owner``, the config field whose range it is)."""
+    value and the range (and ``why`` it is that range)."""
     if not low <= value <= high:
-        whose = f" ({owner}'s range)" if owner else ""
-        raise UserError(f"{origin}: {key} = {value:,} is out of range: {low:,} to {high:,}{whose}")
+        why = f" ({why})" if why else ""
+        raise UserError(f"{origin}: {key} = {value:,} is out of range: {low:,} to {high:,}{why}")
     return value
 
 

@@ -69,7 +69,7 @@ def read_export(path: Path) -> ExportInfo:
         raise UserError(f"{origin}: quantization = {quantization!r}, expected one of "
                         f"{', '.join(QUANTIZATIONS)}")  # fmt: skip
     heads = typed(values, "alignment_heads", int, origin, 1)
-    in_range(heads, 1, config.model.n_heads, origin, "alignment_heads", "ModelConfig.n_heads")
+    in_range(heads, 1, config.model.n_heads, origin, "alignment_heads", "the model's heads")
     return ExportInfo(config, quantization, typed(values, "source", str, origin), heads)
 
 

@@ -107,7 +107,7 @@ def model_config(values: dict, origin: str) -> MarianModel:
     for key, field in SIZES.items():
         if v[key] is not None:
             high = SIZE_LIMITS[field] - field.endswith("vocab_size")  # less our padding row
-            in_range(v[key], 1, high, origin, key, f"ModelConfig.{field}")
+            in_range(v[key], 1, high, origin, key, f"the range of ModelConfig.{field}")
     for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
                  ("encoder_ffn_dim", "decoder_ffn_dim")):  # fmt: skip
         if v[a] != v[b]:

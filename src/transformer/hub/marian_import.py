@@ -266,11 +266,11 @@ def _read_optional(path: Path) -> dict:
 def _num_beams(folder: Path) -> int:
     """The beam the model was published with (generation_config.json, else config.json): an
     integer from 1 to ``MAX_BEAMS``, else a one-line error naming the file."""
-    for name in ("generation_config.json", "config.json"):
-        beams = typed(_read_optional(folder / name), "num_beams", (int, None), str(folder / name),
-                      None)  # fmt: skip
+    for path in (folder / "generation_config.json", folder / "config.json"):
+        beams = typed(_read_optional(path), "num_beams", (int, None), str(path), None)
         if beams is not None:
-            return int(in_range(beams, 1, MAX_BEAMS, str(folder / name), "num_beams"))
+            why = "the widest default beam an import takes"
+            return int(in_range(beams, 1, MAX_BEAMS, str(path), "num_beams", why))
     return DecodeConfig().beam_size
 
 
