@@ -120,6 +120,12 @@ def test_a_size_out_of_range_in_a_models_config_is_one_line(home, key, value):
     refused(home, translate(home, home / "M"), "config.json", f"ModelConfig.{key}", f"{value}")
 
 
+def test_an_integer_too_large_for_a_float_is_one_line(home):
+    """``dropout`` = 10^400, an integer no float holds: float() raised OverflowError."""
+    edit_configs(home / "M", dropout=10**400)
+    refused(home, translate(home, home / "M"), "config.json", "ModelConfig.dropout must be float")
+
+
 @pytest.mark.parametrize("command", ["info", "evaluate", "average", "explain", "export", "train"])
 def test_every_command_refuses_a_size_out_of_range(home, command):
     m = home / "M"

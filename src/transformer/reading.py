@@ -7,8 +7,8 @@ Every JSON or YAML file a command reads goes through here: a model directory's `
 Whoever wrote them, the reader
 
 - reads at most ``MAX_BYTES`` (``MAX_YAML_BYTES``) and refuses a longer file: a device or a
-  file that keeps growing is cut off there, and a FIFO with no writer reads as empty (so are
-  SentencePiece models, ``read_bytes``);
+  file that keeps growing is cut off there, and a FIFO with no writer reads as empty
+  (``read_bytes``, which reads SentencePiece models too);
 - refuses nesting deeper than ``MAX_DEPTH``: 100,000 opening brackets were a ``RecursionError``
   in ``json.loads``; now any depth is one line;
 - refuses a number that is not finite (``NaN``, ``Infinity``, ``1e999``);
@@ -23,6 +23,7 @@ value.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -161,7 +162,8 @@ def typed(values: Mapping, key: str, kind: type | tuple, origin: str, default: A
     elif isinstance(value, int) and int in kinds:
         return value
     elif isinstance(value, int | float) and float in kinds:
-        return float(value)
+        with contextlib.suppress(OverflowError):  # an int of 400 digits is no float
+            return float(value)
     elif isinstance(value, kinds) and not isinstance(value, int | float):
         return value
     wanted = " or ".join(_NAMES.get(k, k.__name__) for k in kinds)

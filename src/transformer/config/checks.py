@@ -37,7 +37,8 @@ def check_types(obj: object) -> None:
         elif isinstance(value, bool):
             converted = value if bool in allowed else _MISMATCH
         elif isinstance(value, int) and (int in allowed or float in allowed):
-            converted = value if int in allowed else float(value)
+            with contextlib.suppress(OverflowError):  # an int of 400 digits is no float
+                converted = value if int in allowed else float(value)
         elif (
             isinstance(value, float)
             and float in allowed
