@@ -14,9 +14,11 @@ command of its kind replaces it only if it holds nothing else (``files.check_rep
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
+
+from .errors import UserError
+from .reading import read_json
 
 KINDS = ("run", "export", "import", "report")  # the project folders that carry a marker
 WHOLE = ("export", "import", "report")  # the kinds a command replaces whole
@@ -81,9 +83,8 @@ def made_entries(folder: Path, kind: str, made_before: frozenset[str]) -> set[st
     """The entries of ``folder`` that its command made: those its marker lists, or for a folder
     whose marker lists none (made by an older version), ``made_before``."""
     try:
-        values = json.loads((folder / marker_name(kind)).read_text(encoding="utf-8"))
-        files = values.get("files")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        files = read_json(folder / marker_name(kind)).get("files")
+    except UserError:  # a damaged marker lists nothing
         files = None
     if isinstance(files, list) and all(isinstance(name, str) for name in files):
         return set(files)

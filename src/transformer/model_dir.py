@@ -39,6 +39,7 @@ from .errors import UserError
 from .files import built_aside, describe_os_error, write_bytes, write_json_atomic
 from .folder_kinds import is_checkpoint_folder
 from .model.build import Seq2Seq, build_model
+from .reading import entry_in, read_json
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -94,16 +95,18 @@ def save_checkpoint(
 
 
 def index_pointers(checkpoints: Path) -> tuple[dict, str | None]:
-    """The index's pointers, and why it could not be used (None when it was fine)."""
+    """The index's pointers, and why it could not be used (None when it was fine).
+
+    A pointer is the name of a folder in ``checkpoints``: one that leaves it (an absolute path,
+    ``..``, a link out of it: another model's checkpoint) is refused, never followed."""
     path = checkpoints / INDEX
-    if not path.exists():
-        return {}, f"{path} is missing"
     try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(index, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        return {}, f"{path} is unreadable ({error})"
+        index = read_json(path)
+    except UserError as error:  # missing, not JSON, too deep, too large: the caller falls back
+        return {}, str(error)
+    for key in ("last", "best"):
+        if isinstance(index.get(key), str):
+            entry_in(checkpoints, index[key], str(path), key)
     return index, None
 
 
@@ -151,7 +154,7 @@ def resolve_checkpoint(path: Path, which: str = "best") -> Path:
     checkpoints = path / CHECKPOINTS
     index, problem = index_pointers(checkpoints)
     for key in (which, "last"):
-        if key in index and is_complete(checkpoints / str(index[key])):
+        if isinstance(index.get(key), str) and is_complete(checkpoints / index[key]):
             return checkpoints / index[key]
     steps = step_checkpoints(checkpoints)
     if steps:
@@ -164,11 +167,7 @@ def resolve_checkpoint(path: Path, which: str = "best") -> Path:
 def read_config(folder: Path) -> RunConfig:
     """The RunConfig saved in a checkpoint folder."""
     path = folder / CONFIG
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise UserError(f"cannot read {path}: {error}") from None
-    return build_config(values, str(path))
+    return build_config(read_json(path), str(path))
 
 
 def load_checkpoint(path: Path, which: str = "best", device: torch.device | str = "cpu") -> Loaded:
@@ -179,15 +178,16 @@ def load_checkpoint(path: Path, which: str = "best", device: torch.device | str 
     """
     folder = resolve_checkpoint(Path(path), which)
     config = read_config(folder)
-    model = build_model(config.model)  # the Transformer or the RNN the config names
+    model = build_model(config.model, str(folder / CONFIG))  # the Transformer or the RNN
     load_weights(model, folder / WEIGHTS)
     return Loaded(model.to(device).eval(), config, folder)
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file; a damaged or unreadable file is a UserError naming it."""
+    """The tensors of a safetensors file; a damaged or unreadable file, or one holding a
+    non-finite weight (``check_weights_finite``), is a UserError naming it."""
     try:
-        return load(path.read_bytes())
+        state = load(path.read_bytes())
     except FileNotFoundError:
         raise UserError(f"{path} is missing") from None
     except OSError as error:
@@ -195,10 +195,47 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
     except SafetensorError as error:
         reason = str(error).rsplit(":", 1)[-1].strip()
         raise UserError(f"{path} is damaged ({reason}); it cannot be loaded") from None
+    for name, tensor in state.items():
+        check_weights_finite(tensor, name, path)
+    return state
+
+
+# The one tensor whose entries may be −inf: the output bias of a row that must never be produced
+# (an imported model's padding row, an exported one's unused entries: hub/marian_vocab.py).
+MAY_BE_MINUS_INF = ("output.bias", "final_logits_bias")
+
+
+def check_weights_finite(tensor: torch.Tensor, name: str, path: Path) -> None:
+    """A one-line UserError naming ``path`` and the tensor ``name`` if it holds a NaN or an
+    infinity (−inf is allowed in an output bias, ``MAY_BE_MINUS_INF``, except in every entry):
+    a search on such weights has no answer, and a training from them no gradient."""
+    if not tensor.is_floating_point() or bool(tensor.isfinite().all()):
+        return  # one pass for the weights of every model that loads
+    minus_inf_allowed = name in MAY_BE_MINUS_INF
+    bad = tensor.isnan() | (tensor == float("inf"))
+    if not minus_inf_allowed:
+        bad |= tensor == float("-inf")
+    count = int(bad.sum())
+    if count:
+        first = tensor.flatten()[bad.flatten().nonzero()[0]].item()
+        raise UserError(f"{path}: the tensor {name} holds {count:,} non-finite values (the "
+                        f"first: {first}); these weights are damaged and not used")  # fmt: skip
+    if minus_inf_allowed and tensor.numel() and bool((tensor == float("-inf")).all()):
+        raise UserError(f"{path}: the tensor {name} is -inf in every entry, so no token can be "
+                        "produced; these weights are damaged and not used")  # fmt: skip
 
 
 def load_weights(model: Seq2Seq, path: Path) -> None:
     """Copies safetensors weights into ``model``; names and shapes must match exactly."""
+    state = weights_of(model, path)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(state[name])
+
+
+def weights_of(model: Seq2Seq, path: Path) -> dict[str, torch.Tensor]:
+    """``read_weights``, whose names and shapes must be exactly ``model``'s (which may be on the
+    meta device: only its shapes are read)."""
     state = read_weights(path)
     expected = model_state(model)
     if set(state) != set(expected):
@@ -209,9 +246,7 @@ def load_weights(model: Seq2Seq, path: Path) -> None:
         if state[name].shape != tensor.shape:
             raise UserError(f"{path}: {name} has shape {tuple(state[name].shape)}, the model "
                             f"{tuple(tensor.shape)}")  # fmt: skip
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            param.copy_(state[name])
+    return state
 
 
 def model_dir_of(folder: Path) -> Path:

@@ -37,7 +37,8 @@ def check_types(obj: object) -> None:
         elif isinstance(value, bool):
             converted = value if bool in allowed else _MISMATCH
         elif isinstance(value, int) and (int in allowed or float in allowed):
-            converted = value if int in allowed else float(value)
+            with contextlib.suppress(OverflowError):  # an int of 400 digits is no float
+                converted = value if int in allowed else float(value)
         elif (
             isinstance(value, float)
             and float in allowed
@@ -62,6 +63,15 @@ def check_finite(obj: object) -> None:
         value = getattr(obj, f.name)
         if isinstance(value, float) and not math.isfinite(value):
             raise BadValue(f"{type(obj).__name__}.{f.name} must be a finite number, got {value!r}")
+
+
+def check_sizes(obj: object, limits: dict[str, int]) -> None:
+    """Every field named in ``limits`` is an integer from 1 to its limit."""
+    for name, high in limits.items():
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
+            raise BadValue(f"{type(obj).__name__}.{name} must be an integer from 1 to {high:,}, "
+                           f"got {value!r}")  # fmt: skip
 
 
 def check_positive(obj: object, *names: str) -> None:

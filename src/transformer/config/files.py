@@ -14,8 +14,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from .. import reading
 from ..errors import BadValue, UserError
 from .model import ModelConfig
 from .run import SECTIONS, RunConfig
@@ -121,18 +120,13 @@ def read_section(path: str, section: str, cls: type) -> dict[str, Any]:
 
 
 def _load_yaml(file: Path, name: str) -> Any:
-    """A YAML file's content; a missing, unreadable or invalid file is a one-line error."""
-    try:
-        with open(file, encoding="utf-8") as f:
-            return yaml.safe_load(f) or {}
-    except FileNotFoundError:
+    """A YAML file's content (``reading.read_yaml``: bounded in size and depth); a missing,
+    unreadable or invalid file is a one-line error."""
+    if not file.exists():
         raise UserError(
             f"config file not found: {name} (built-in configs: {', '.join(builtin_configs())})"
-        ) from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"cannot read {name}: {error}") from None
-    except yaml.YAMLError as error:
-        raise UserError(f"{name}: not valid YAML: {str(error).splitlines()[0]}") from None
+        )
+    return reading.read_yaml(file, name) or {}
 
 
 def load_config(path: str | None = None, overrides: dict | None = None) -> RunConfig:

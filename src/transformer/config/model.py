@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..errors import BadValue
-from .checks import check_finite, check_positive, check_probability, check_types
+from .checks import check_finite, check_probability, check_sizes, check_types
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 POSITIONAL_LAYOUTS = ("interleaved", "halves")
@@ -13,6 +13,16 @@ ACTIVATIONS = ("relu", "gelu", "silu", "swish")
 ARCHITECTURES = ("transformer", "rnn")
 RNN_CELLS = ("gru", "lstm")
 RNN_ATTENTIONS = ("none", "bahdanau", "luong")
+# The largest size of each kind that a model may have, wherever its config comes from (the command
+# line, YAML, a model's config.json, an import): Vaswani et al.'s big model has d_model 1,024,
+# d_ff 4,096 and 6 + 6 layers; OPUS-MT's vocabularies have about 60,000 pieces. Beyond these a
+# number is a mistake, whose tables could not be built (10^12 positions) or take hours to
+# (10^7 layers); below them, whether the weights fit is the memory check's (model/build.py).
+SIZE_LIMITS = {
+    "src_vocab_size": 1_048_576, "tgt_vocab_size": 1_048_576, "d_model": 65_536,
+    "n_heads": 1_024, "d_ff": 262_144, "n_encoder_layers": 1_000, "n_decoder_layers": 1_000,
+    "max_positions": 65_536, "rnn_hidden": 65_536, "rnn_layers": 1_000, "rnn_embedding": 65_536,
+}  # fmt: skip
 # The keys only the RNN encoder-decoder reads; the Transformer ignores them (and the RNN ignores
 # the Transformer's sizes: d_model, n_heads, d_ff, the layer counts, positional, norm_first, ...).
 RNN_KEYS = ("rnn_cell", "rnn_attention", "rnn_hidden", "rnn_layers", "rnn_embedding",
@@ -32,19 +42,19 @@ class ModelConfig:
     """
 
     src_vocab_size: int = 32000
-    """Source vocabulary size (filled in from the tokenizer when training)."""
+    """Source vocabulary size (filled in from the tokenizer when training); at most 1,048,576."""
     tgt_vocab_size: int = 32000
-    """Target vocabulary size (filled in from the tokenizer when training)."""
+    """Target vocabulary size (filled in from the tokenizer when training); at most 1,048,576."""
     d_model: int = 512
-    """Width of every token vector (the paper's d_model)."""
+    """Width of every token vector (the paper's d_model); at most 65,536."""
     n_heads: int = 8
-    """Attention heads h; each has width d_model / h."""
+    """Attention heads h; each has width d_model / h; at most 1,024."""
     d_ff: int = 2048
-    """Inner width of the position-wise feed-forward network."""
+    """Inner width of the position-wise feed-forward network; at most 262,144."""
     n_encoder_layers: int = 6
-    """Encoder layers N."""
+    """Encoder layers N; at most 1,000."""
     n_decoder_layers: int = 6
-    """Decoder layers N."""
+    """Decoder layers N; at most 1,000."""
     dropout: float = 0.1
     """On embeddings + positions and on every sublayer output (§5.4)."""
     attention_dropout: float = 0.0
@@ -55,7 +65,7 @@ class ModelConfig:
     """Of the feed-forward network: "relu" (§3.3), "gelu", or "silu" (= "swish", most
     OPUS-MT models)."""
     max_positions: int = 1024
-    """Longest sequence the positional encoding accepts."""
+    """Longest sequence the positional encoding accepts; at most 65,536."""
     positional: str = "sinusoidal"
     """"sinusoidal" (§3.5) or "learned" embeddings."""
     positional_layout: str = "interleaved"
@@ -78,31 +88,19 @@ class ModelConfig:
     rnn_attention: str = "bahdanau"
     """RNN: "none" (one fixed context vector), "bahdanau" (additive) or "luong" (multiplicative)."""
     rnn_hidden: int = 512
-    """RNN: hidden units per direction of the encoder, and of the decoder."""
+    """RNN: hidden units per direction of the encoder, and of the decoder; at most 65,536."""
     rnn_layers: int = 1
-    """RNN: stacked layers of the encoder and of the decoder."""
+    """RNN: stacked layers of the encoder and of the decoder; at most 1,000."""
     rnn_embedding: int = 512
-    """RNN: width of the word embeddings and of the readout before the output layer."""
+    """RNN: width of the word embeddings and of the readout before the output layer; at most
+    65,536."""
     rnn_dropout: float = 0.1
     """RNN: on embeddings, between stacked layers and on the readout."""
 
     def __post_init__(self) -> None:
         check_types(self)
         check_finite(self)
-        check_positive(
-            self,
-            "src_vocab_size",
-            "tgt_vocab_size",
-            "d_model",
-            "n_heads",
-            "d_ff",
-            "n_encoder_layers",
-            "n_decoder_layers",
-            "max_positions",
-            "rnn_hidden",
-            "rnn_layers",
-            "rnn_embedding",
-        )
+        check_sizes(self, SIZE_LIMITS)
         if self.d_model % self.n_heads:
             raise BadValue(
                 f"ModelConfig.d_model ({self.d_model}) must be divisible by "

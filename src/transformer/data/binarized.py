@@ -14,7 +14,6 @@ EOS (``batching.collate`` adds them).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import torch
 
 from ..errors import UserError
 from ..files import atomic_write, write_bytes, write_json_atomic
+from ..reading import read_json
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .batching import Batch, Example, encode_source
 from .readers import Pair
@@ -81,11 +81,11 @@ class TokenDataset(Sequence[Example]):
     def open(cls, folder: Path) -> TokenDataset:
         """Maps a binarized split back; files that do not fit together are an error naming them."""
         meta_path = folder / "meta.json"
+        meta = read_json(meta_path)
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
             dtype, n = np.dtype(meta["dtype"]), int(meta["examples"])
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise UserError(f"{meta_path} is missing or damaged ({error})") from None
+        except (ValueError, KeyError, TypeError) as error:
+            raise UserError(f"{meta_path} is damaged ({error})") from None
         arrays = []
         for side in SIDES:
             idx_path, bin_path = folder / f"{side}.idx", folder / f"{side}.bin"
@@ -212,6 +212,6 @@ def _chunks(items: Iterable[Pair], size: int) -> Iterator[list[Pair]]:
 def read_meta(folder: Path) -> dict | None:
     """The meta.json of a binarized split, or None when there is none to read."""
     try:
-        return json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_json(folder / "meta.json")
+    except UserError:
         return None

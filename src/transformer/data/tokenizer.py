@@ -25,6 +25,7 @@ import sentencepiece as spm
 from ..config import DataConfig
 from ..errors import UserError
 from ..files import remove_tree, write_bytes
+from ..reading import read_bytes
 from ..vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from .vocab_tokenizer import PIECES_SUFFIX, VocabTokenizer
 
@@ -59,10 +60,9 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
         """Reads a ``.model`` file."""
-        try:
-            return cls(Path(path).read_bytes(), str(path))
-        except FileNotFoundError:
-            raise UserError(f"file not found: {path}") from None
+        if not Path(path).exists():
+            raise UserError(f"file not found: {path}")
+        return cls(read_bytes(path), str(path))
 
     @property
     def vocab_size(self) -> int:

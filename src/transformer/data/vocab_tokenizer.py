@@ -30,6 +30,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from ..errors import UserError
+from ..reading import read_bytes, read_json
 from ..vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 PIECES_SUFFIX = ".pieces.json"
@@ -69,16 +70,9 @@ class VocabTokenizer:
         """Reads ``NAME.model`` and its table ``NAME.pieces.json`` (``path`` is the former)."""
         model_path = Path(path)
         table_path = model_path.with_suffix(PIECES_SUFFIX)
-        try:
-            model = model_path.read_bytes()
-            table = json.loads(table_path.read_text(encoding="utf-8"))
-        except FileNotFoundError as error:
-            raise UserError(f"file not found: {error.filename}") from None
-        except (UnicodeDecodeError, ValueError) as error:
-            raise UserError(f"cannot read {table_path}: {error}") from None
-        if not isinstance(table, list):
-            raise UserError(f"{table_path}: expected a JSON list of pieces")
-        return cls(model, table, str(table_path))
+        if not model_path.exists():
+            raise UserError(f"file not found: {model_path}")
+        return cls(read_bytes(model_path), read_json(table_path, list), str(table_path))
 
     @property
     def vocab_size(self) -> int:

@@ -20,7 +20,6 @@ the new one, never half of one, and the next export into OUT cleans what it left
 
 from __future__ import annotations
 
-import json
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from ..files import check_replaceable, mark_folder, replace_folder
 from ..folder_kinds import folder_kind, marker_name
 from ..model.transformer import Transformer
 from ..model_dir import load_checkpoint, model_dir_of
+from ..reading import in_range, read_json, typed
 from .spec import check_expressible, import_ctranslate2, transformer_spec
 
 MARKER = marker_name("export")  # transformer-export.json
@@ -62,17 +62,18 @@ def is_export(path: Path) -> bool:
 
 def read_export(path: Path) -> ExportInfo:
     """Reads an export's ``transformer-export.json`` (a UserError names a damaged one)."""
-    marker = path / MARKER
-    try:
-        values = json.loads(marker.read_text(encoding="utf-8"))
-        if values.get("format") != FORMAT:
-            raise ValueError(f"format is {values.get('format')!r}, expected {FORMAT!r}")
-        return ExportInfo(
-            build_config(values["config"], str(marker)), values["quantization"], values["source"],
-            int(values.get("alignment_heads", 1)),
-        )  # fmt: skip
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
-        raise UserError(f"cannot read {marker}: {error}") from None
+    marker, origin = path / MARKER, str(path / MARKER)
+    values = read_json(marker)
+    if values.get("format") != FORMAT:
+        raise UserError(f"{origin}: format = {values.get('format')!r}, expected {FORMAT!r}")
+    config = build_config(typed(values, "config", dict, origin), origin)
+    quantization = typed(values, "quantization", str, origin)
+    if quantization not in QUANTIZATIONS:
+        raise UserError(f"{origin}: quantization = {quantization!r}, expected one of "
+                        f"{', '.join(QUANTIZATIONS)}")  # fmt: skip
+    heads = typed(values, "alignment_heads", int, origin, 1)
+    in_range(heads, 1, config.model.n_heads, origin, "alignment_heads", "the model's heads")
+    return ExportInfo(config, quantization, typed(values, "source", str, origin), heads)
 
 
 def save_model(

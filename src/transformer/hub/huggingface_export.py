@@ -33,7 +33,8 @@ from ..config import RunConfig
 from ..data.tokenizer import Tokenizers
 from ..export.folder import check_export_replaceable, export_folder
 from ..files import mark_folder, write_bytes, write_json_atomic, write_text
-from ..model_dir import WEIGHTS, model_dir_of, read_config, read_weights, resolve_checkpoint
+from ..model.build import build_model
+from ..model_dir import CONFIG, WEIGHTS, model_dir_of, read_config, resolve_checkpoint, weights_of
 from ..vocab import BOS_ID
 from .marian_config import check_exportable, generation_config, marian_config
 from .marian_vocab import marian_from_ours, vocab_json
@@ -60,7 +61,9 @@ def export_huggingface(model_dir: str | Path, out: str | Path, checkpoint: str =
     config = read_config(folder)
     check_exportable(config.model)
     tokenizers = Tokenizers.load(model_dir_of(folder))
-    state = read_weights(folder / WEIGHTS)
+    with torch.device("meta"):  # the shapes the config gives, checked against the weights
+        model = build_model(config.model, str(folder / CONFIG))
+    state = weights_of(model, folder / WEIGHTS)
     with export_folder(out, model_dir) as staging:
         write_folder(staging, state, config, tokenizers)
         mark_folder(staging, "export", format=FORMAT, source=str(folder), config=config.to_dict())

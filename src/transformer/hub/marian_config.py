@@ -19,9 +19,12 @@
 
 A key missing from ``config.json`` takes Hugging Face's default (``MarianConfig``), as
 ``from_pretrained`` does; keys Hugging Face's Marian ignores (``normalize_before`` and the like,
-left in older files) are ignored here too. What our model cannot express is refused, naming the
-key and its value: different head counts or feed-forward widths in encoder and decoder, another
-activation, unscaled embeddings, LayerDrop, a decoder start token that is not the padding one.
+left in older files) are ignored here too. Each key read must have its type (``HF_TYPES``: an
+activation given as a list is refused) and each size the range ModelConfig gives the field it
+becomes (``SIZE_LIMITS``: 10^8 positions are refused before anything is built). What our model
+cannot express is refused, naming the key and its value: different head counts or feed-forward
+widths in encoder and decoder, another activation, unscaled embeddings, LayerDrop, a decoder
+start token that is not the padding one.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..config import ModelConfig
+from ..config.model import SIZE_LIMITS
 from ..errors import BadValue, UserError
+from ..reading import in_range, typed
 
 # MarianConfig's defaults (transformers 5, models/marian/configuration_marian.py).
 HF_DEFAULTS: dict[str, object] = {
@@ -41,6 +46,20 @@ HF_DEFAULTS: dict[str, object] = {
     "d_model": 1024, "dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.0,
     "decoder_start_token_id": 58100, "scale_embedding": False, "pad_token_id": 58100,
     "eos_token_id": 0, "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True,
+}  # fmt: skip
+HF_TYPES: dict[str, type | tuple] = {
+    **{key: int for key in HF_DEFAULTS}, "decoder_vocab_size": (int, None),
+    "encoder_layerdrop": float, "decoder_layerdrop": float, "activation_function": str,
+    "dropout": float, "attention_dropout": float, "activation_dropout": float,
+    "scale_embedding": bool, "share_encoder_decoder_embeddings": bool,
+    "tie_word_embeddings": bool,
+}  # fmt: skip
+# The sizes, and the ModelConfig field whose range each must be in (a vocabulary gets one row more).
+SIZES = {
+    "vocab_size": "src_vocab_size", "decoder_vocab_size": "tgt_vocab_size", "d_model": "d_model",
+    "encoder_attention_heads": "n_heads", "encoder_ffn_dim": "d_ff",
+    "encoder_layers": "n_encoder_layers", "decoder_layers": "n_decoder_layers",
+    "max_position_embeddings": "max_positions",
 }  # fmt: skip
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}  # HF -> ours
 HF_EPS = 1e-5  # nn.LayerNorm's default, which Hugging Face's Marian layers use
@@ -84,7 +103,11 @@ def model_config(values: dict, origin: str) -> MarianModel:
         kind = values.get("model_type")
         raise UserError(f"{origin}: unknown model_type {kind!r}; only Marian models (model_type "
                         "'marian', e.g. Helsinki-NLP/opus-mt-*) are imported")  # fmt: skip
-    v = {**HF_DEFAULTS, **values}
+    v = {key: typed(values, key, kind, origin, HF_DEFAULTS[key]) for key, kind in HF_TYPES.items()}
+    for key, field in SIZES.items():
+        if v[key] is not None:
+            high = SIZE_LIMITS[field] - field.endswith("vocab_size")  # less our padding row
+            in_range(v[key], 1, high, origin, key, f"the range of ModelConfig.{field}")
     for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
                  ("encoder_ffn_dim", "decoder_ffn_dim")):  # fmt: skip
         if v[a] != v[b]:
@@ -96,7 +119,6 @@ def model_config(values: dict, origin: str) -> MarianModel:
         "encoder_layerdrop": v["encoder_layerdrop"] != 0,
         "decoder_layerdrop": v["decoder_layerdrop"] != 0,
         "decoder_start_token_id": v["decoder_start_token_id"] != v["pad_token_id"],
-        "eos_token_id": not isinstance(v["eos_token_id"], int),
     }
     for key, refused in refusals.items():
         if refused:
@@ -106,7 +128,7 @@ def model_config(values: dict, origin: str) -> MarianModel:
     tgt_vocab = src_vocab if shared or v["decoder_vocab_size"] is None else v["decoder_vocab_size"]
     try:
         model = ModelConfig(
-            src_vocab_size=_plus_one(src_vocab), tgt_vocab_size=_plus_one(tgt_vocab),
+            src_vocab_size=src_vocab + 1, tgt_vocab_size=tgt_vocab + 1,
             d_model=v["d_model"], n_heads=v["encoder_attention_heads"], d_ff=v["encoder_ffn_dim"],
             n_encoder_layers=v["encoder_layers"], n_decoder_layers=v["decoder_layers"],
             dropout=v["dropout"], attention_dropout=v["attention_dropout"],
@@ -122,11 +144,6 @@ def model_config(values: dict, origin: str) -> MarianModel:
     return MarianModel(model, v["eos_token_id"], v["decoder_start_token_id"], src_vocab, tgt_vocab)
 
 
-def _plus_one(size: object) -> object:
-    """A vocabulary size with our padding row (a non-int is left for ModelConfig to refuse)."""
-    return size + 1 if isinstance(size, int) and not isinstance(size, bool) else size
-
-
 def _why(key: str) -> str:
     return {
         "activation_function": f"the feed-forward activation is one of {', '.join(ACTIVATIONS)}",
@@ -134,7 +151,6 @@ def _why(key: str) -> str:
         "encoder_layerdrop": "LayerDrop is not implemented",
         "decoder_layerdrop": "LayerDrop is not implemented",
         "decoder_start_token_id": "the decoder must start from the padding token, as in Marian",
-        "eos_token_id": "one end-of-sentence id is needed",
     }[key]
 
 

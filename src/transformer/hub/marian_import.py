@@ -25,7 +25,6 @@ sibling folder and renamed into place.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +37,18 @@ from ..data.vocab_tokenizer import VocabTokenizer
 from ..errors import BadValue, UserError
 from ..files import check_replaceable, mark_folder, replace_folder, write_json_atomic
 from ..folder_kinds import marker_name
+from ..model.build import check_memory
 from ..model.embeddings import sinusoidal_table
 from ..model.transformer import Transformer
-from ..model_dir import CHECKPOINTS, CONFIG, WEIGHTS, model_state, update_index
+from ..model_dir import (
+    CHECKPOINTS,
+    CONFIG,
+    WEIGHTS,
+    check_weights_finite,
+    model_state,
+    update_index,
+)
+from ..reading import in_range, read_bytes, read_json, typed
 from .marian_config import MarianModel, model_config
 from .marian_vocab import Rows, ours_from_marian, read_vocab
 from .marian_weights import BIAS, LM_HEAD, POSITIONS, layer_names, table_names, take_rows
@@ -55,6 +63,7 @@ HUB_NAME = re.compile(r"[\w.-]+/[\w.-]+")
 HUB_FILES = ["*.json", "*.spm", "model.safetensors"]
 # What an import made before its marker listed its entries.
 MADE_BEFORE = frozenset({CONFIG, "tokenizer", CHECKPOINTS, MARKER})
+MAX_BEAMS = 1024  # the widest default beam an import takes from generation_config.json
 
 
 @dataclass
@@ -145,9 +154,10 @@ def read_marian(folder: Path) -> MarianFolder:
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise UserError(f"{folder} is not a Hugging Face model folder: config.json is missing")
-    model = model_config(_read_json(config_path), str(config_path))
-    options = _read_json(folder / "tokenizer_config.json", {})
-    separate = bool(options.get("separate_vocabs", False))
+    model = model_config(read_json(config_path), str(config_path))
+    check_memory(model.model, str(config_path))
+    options = _read_optional(folder / "tokenizer_config.json")
+    separate = typed(options, "separate_vocabs", bool, str(folder / "tokenizer_config.json"), False)
     for name in ("source.spm", "target.spm", "vocab.json") + (("target_vocab.json",) * separate):
         if not (folder / name).is_file():
             raise UserError(f"{folder} is not a complete Marian model: {name} is missing")
@@ -167,8 +177,8 @@ def read_marian(folder: Path) -> MarianFolder:
                         f"= {model.eos}, but {tgt_path} has <pad> at {tgt_rows[2]} and </s> at "
                         f"{tgt_rows[3]}")  # fmt: skip
     tokenizers = Tokenizers(
-        VocabTokenizer((folder / "source.spm").read_bytes(), src_table, str(folder / "source.spm")),
-        VocabTokenizer((folder / "target.spm").read_bytes(), tgt_table, str(folder / "target.spm")),
+        VocabTokenizer(read_bytes(folder / "source.spm"), src_table, str(folder / "source.spm")),
+        VocabTokenizer(read_bytes(folder / "target.spm"), tgt_table, str(folder / "target.spm")),
     )
     weights = WeightFile(folder)
     _check_weights(weights, model)
@@ -203,6 +213,8 @@ def _check_weights(weights: WeightFile, model: MarianModel) -> None:
     if unknown:
         raise UserError(f"{weights.path} holds weights a Marian model does not have: "
                         f"{', '.join(unknown[:3])}")  # fmt: skip
+    for theirs in sorted(set(names.values()) & set(weights.shapes)):  # one tensor at a time
+        check_weights_finite(weights.get(theirs), theirs, weights.path)
     table = sinusoidal_table(config.max_positions, config.d_model, "halves")  # (P, D)
     for name in POSITIONS:
         if name in weights.shapes:  # written by older versions; Marian's are fixed sinusoids
@@ -237,33 +249,30 @@ def _write_weights(path: Path, marian: MarianFolder, owner: Path) -> None:
     write_safetensors(path, shapes, tensors(), {"format": "pt"}, owner)
 
 
-def _read_json(path: Path, default: dict | None = None) -> dict:
-    if default is not None and not path.is_file():
-        return default
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise UserError(f"cannot read {path}: {error}") from None
-    if not isinstance(values, dict):
-        raise UserError(f"{path}: expected a JSON object")
-    return values
+def _read_optional(path: Path) -> dict:
+    """A JSON object that may be missing ({})."""
+    return read_json(path) if path.exists() or path.is_symlink() else {}
 
 
 def _num_beams(folder: Path) -> int:
-    """The beam the model was published with (generation_config.json, else config.json)."""
-    for name in ("generation_config.json", "config.json"):
-        beams = _read_json(folder / name, {}).get("num_beams")
-        if isinstance(beams, int) and beams >= 1:
-            return beams
+    """The beam the model was published with (generation_config.json, else config.json): an
+    integer from 1 to ``MAX_BEAMS``, else a one-line error naming the file."""
+    for path in (folder / "generation_config.json", folder / "config.json"):
+        beams = typed(_read_optional(path), "num_beams", (int, None), str(path), None)
+        if beams is not None:
+            why = "the widest default beam an import takes"
+            return int(in_range(beams, 1, MAX_BEAMS, str(path), "num_beams", why))
     return DecodeConfig().beam_size
 
 
 def _languages(folder: Path, source: str) -> tuple[str, str]:
     """Source and target language codes: tokenizer_config.json's, else the name's
     (opus-mt-SRC-TGT), else "src" and "tgt"."""
-    options = _read_json(folder / "tokenizer_config.json", {})
-    src, tgt = options.get("source_lang"), options.get("target_lang")
-    if isinstance(src, str) and isinstance(tgt, str):
+    path = folder / "tokenizer_config.json"
+    options = _read_optional(path)
+    src, tgt = (typed(options, key, (str, None), str(path), None)
+                for key in ("source_lang", "target_lang"))  # fmt: skip
+    if src and tgt:
         return src, tgt
     found = re.search(r"opus-mt-([^-/]+)-([^-/]+)$", source.rstrip("/"))
     return (found.group(1), found.group(2)) if found else ("src", "tgt")

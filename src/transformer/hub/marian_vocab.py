@@ -24,10 +24,10 @@ vocabulary), so separate vocabularies of different sizes are made equal with unu
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import UserError
+from ..reading import read_json
 from ..vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 EOS, UNK, PAD = "</s>", "<unk>", "<pad>"  # Marian's special pieces (MarianTokenizer's defaults)
@@ -40,13 +40,8 @@ Rows = list[int | None]  # rows[i]: the other side's row for row i; None: a new 
 def read_vocab(path: Path) -> list[str]:
     """The pieces of a Marian ``vocab.json`` ({piece: id}), in id order; the ids must be
     0..n-1, each once."""
-    try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path} is missing") from None
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise UserError(f"cannot read {path}: {error}") from None
-    if not isinstance(entries, dict) or not all(isinstance(i, int) for i in entries.values()):
+    entries = read_json(path)
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in entries.values()):
         raise UserError(f"{path}: expected a JSON object of piece: id")
     pieces: list[str | None] = [None] * len(entries)
     for piece, i in entries.items():

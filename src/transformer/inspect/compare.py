@@ -38,6 +38,7 @@ from ..errors import UserError
 from ..inference.engine import load_torch_engine
 from ..model.build import Seq2Seq
 from ..model_dir import read_config, resolve_checkpoint
+from ..reading import typed
 from ..training.metrics import read_metrics
 from ..training.rundir import RunDir
 from ..vocab import BOS_ID, EOS_ID
@@ -137,11 +138,11 @@ def training_speed(path: Path) -> tuple[int, float | None, float | None, float |
     Seconds per epoch = the padded source + target tokens of one epoch of its binarized training
     set (batched as training batches it) / tokens per second: the same count the rate uses.
     """
-    rows = read_metrics(path)
-    rates = [row["tokens_per_s"] for row in rows if "tokens_per_s" in row]
+    rows, log = read_metrics(path), str(RunDir(path).metrics)
+    rates = [typed(row, "tokens_per_s", float, log) for row in rows if "tokens_per_s" in row]
     ends = [row for row in rows if row.get("event") == "end"]
-    steps = max((int(row["step"]) for row in rows if "step" in row), default=0)
-    seconds = float(ends[-1]["seconds"]) if ends else None
+    steps = max((typed(row, "step", int, log) for row in rows if "step" in row), default=0)
+    seconds = typed(ends[-1], "seconds", float, log) if ends else None
     rate = statistics.median(rates) if rates else None
     run, config = RunDir(path), read_config(path)
     if rate is None or not run.data.is_dir():

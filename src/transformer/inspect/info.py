@@ -1,9 +1,8 @@
 """Parameter counts per part of the model, in the notes' vocabulary (``transformer info``).
 
 The model is built on PyTorch's meta device, which records shapes and allocates nothing; sizes
-whose float32 weights would not fit in this machine's free memory are refused first, from a
-count computed from the config alone (``parameter_count``), since even building that many
-modules takes long.
+whose float32 weights would not fit in this machine's free memory are refused first, as in every
+command that builds a model (``model/build.py``).
 """
 
 from __future__ import annotations
@@ -12,8 +11,6 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from ..device import available_memory
-from ..errors import BadValue
 from ..model.build import Seq2Seq, build_model
 from ..model.rnn import RNNEncoderDecoder
 
@@ -108,38 +105,9 @@ def format_table(rows: list[tuple[str, int]], config: ModelConfig) -> str:
     return "\n".join(lines)
 
 
-def parameter_count(config: ModelConfig) -> int:
-    """The parameters of a model built from ``config``, from its sizes alone (nothing is built;
-    an RNN, whose stacked layers are one module each, is counted on the meta device).
-
-    Per layer (§3): attention 4 projections D x D with biases; feed-forward D x F + F x D with
-    biases; add & norm γ and β of width D (2 per encoder layer, 3 per decoder layer, and a final
-    one after each stack when pre-norm).
-    """
-    if config.architecture == "rnn":
-        with torch.device("meta"):
-            return sum(p.numel() for p in build_model(config).parameters())
-    d, f = config.d_model, config.d_ff
-    attention, feed_forward, norm = 4 * (d * d + d), 2 * d * f + f + d, 2 * d
-    final = norm if config.norm_first else 0
-    encoder = config.n_encoder_layers * (attention + feed_forward + 2 * norm) + final
-    decoder = config.n_decoder_layers * (2 * attention + feed_forward + 3 * norm) + final
-    tables = config.src_vocab_size + (0 if config.share_embeddings else config.tgt_vocab_size)
-    positions = 2 * config.max_positions if config.positional == "learned" else 0
-    output = 0 if config.tie_output else config.tgt_vocab_size
-    bias = config.tgt_vocab_size if config.output_bias else 0  # Marian's final_logits_bias
-    return (tables + positions + output) * d + bias + encoder + decoder
-
-
 def describe(config: ModelConfig) -> str:
     """The parameter table of a model built from ``config`` (``transformer info``), built on the
-    meta device; sizes that would not fit in free memory are refused (one line)."""
-    count, free = parameter_count(config), available_memory()
-    if free is not None and 4 * count > free:
-        raise BadValue(
-            f"these sizes give {count:,} parameters, {4 * count / 1e9:,.1f} GB of float32 "
-            f"weights, more than the {free / 1e9:.1f} GB of memory free on this machine"
-        )
+    meta device; sizes that would not fit in free memory are refused (``build_model``)."""
     with torch.device("meta"):  # shapes only: nothing is allocated
         model = build_model(config)
     return format_table(parameter_table(model), config)

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from ..files import open_log
+from ..reading import parse_json, read_bytes
 from .distributed import World
 from .loss import LossSums
 from .rundir import RunDir
@@ -47,10 +48,12 @@ class MetricsLog:
 
 
 def read_metrics(out_dir: Path) -> list[dict]:
-    """All rows of ``OUT/metrics.jsonl``."""
+    """All rows of ``OUT/metrics.jsonl``; a line that is not a JSON object is an error naming
+    it (a NaN loss is not: it is what a diverged step logs)."""
     path = RunDir(out_dir).metrics
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    lines = read_bytes(path).splitlines()
+    return [parse_json(line, f"{path} line {i}", dict, finite=False)
+            for i, line in enumerate(lines, 1) if line.strip()]  # fmt: skip
 
 
 class NoLog:

@@ -26,7 +26,9 @@ from ..data.splits import PairStream
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..files import remove_tree
+from ..model.build import check_memory
 from ..model_dir import model_dir_of, read_config, resolve_checkpoint
+from ..reading import typed
 from .rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -125,6 +127,7 @@ def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
         raise UserError(f"{error}: the tokenizers have {sizes[0]} and {sizes[1]} pieces; "
                         "set data.joint_vocab: true to share embeddings") from None  # fmt: skip
     config = replace(config, model=model)
+    check_memory(config.model, str(run.config) if resume else "")  # before anything is written
 
     max_len = min(config.data.max_len, config.model.max_positions)
     provenance = {"data": asdict(config.data), "max_len": max_len,
@@ -180,9 +183,9 @@ def _training_set(
     else a new one in the scratch folder (streamed through the corpus once)."""
     meta = read_meta(run.data)
     if meta is not None and {k: meta.get(k) for k in provenance} == provenance:
-        dataset = TokenDataset.open(run.data)
-        pairs.skipped = meta.get("skipped_empty", 0)
-        return Binarized(dataset, len(dataset), meta.get("too_long", 0))
+        dataset, origin = TokenDataset.open(run.data), str(run.data / "meta.json")
+        pairs.skipped = typed(meta, "skipped_empty", int, origin, 0)
+        return Binarized(dataset, len(dataset), typed(meta, "too_long", int, origin, 0))
     remove_tree(run.scratch, owner=run.root)
     return binarize(pairs, tokenizers, max_len, run.scratch, provenance)
 

@@ -22,7 +22,6 @@ through the write gate (``files.py``), naming OUT as its owner.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -34,6 +33,7 @@ from ..errors import UserError
 from ..files import Busy, exclusive_lock, mark_folder, move, remove_tree, write_json_atomic
 from ..folder_kinds import folder_kind, marker_name
 from ..model_dir import CHECKPOINTS, CONFIG, step_checkpoints
+from ..reading import read_json
 from ..temporaries import clean_leftovers, fsync_dir
 from .checkpoint import clean_checkpoints
 
@@ -112,11 +112,7 @@ class RunDir:
         """The RunConfig of the run in this folder."""
         if not self.config.exists():
             raise UserError(f"{self.root} holds no run to resume ({self.config} is missing)")
-        try:
-            values = json.loads(self.config.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as error:
-            raise UserError(f"cannot read {self.config}: {error}") from None
-        return build_config(values, str(self.config))
+        return build_config(read_json(self.config), str(self.config))
 
     def check_start(self, resume: bool, overwrite: bool) -> None:
         """Refuses a start that could lose a run, with the way out in the message."""
@@ -199,7 +195,7 @@ class RunDir:
 
     def _finish_swap(self, staged: RunDir) -> None:
         """Moves the old entries aside and the new ones in; safe to run again after a crash."""
-        new_entries = json.loads((staged.root / self.READY).read_text(encoding="utf-8"))
+        new_entries = read_json(staged.root / self.READY, list)
         replaced = self.root / self.REPLACED
         replaced.mkdir(exist_ok=True)
         for name in self.ENTRIES:
