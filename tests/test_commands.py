@@ -10,6 +10,7 @@ import time
 
 import pytest
 import torch
+from sacrebleu.metrics import BLEU
 from safetensors.torch import load_file
 
 from transformer.demo import run_demo
@@ -140,6 +141,31 @@ def test_evaluate_prints_bleu_and_chrf_with_signatures(numbers_model, tmp_path, 
     )
     assert re.search(r"^BLEU lowercase = .*case:lc", out, re.M)
     assert len(hyp.read_text().split("\n")[:-1]) == 2
+
+
+def test_evaluate_scores_a_source_with_several_translations_against_all_of_them(
+    numbers_model, tmp_path, capsys
+):
+    # "twelve" twice with two references: scored per line and, once, against both.
+    (tmp_path / "src.txt").write_text("twelve\nfour hundred\ntwelve\n")
+    (tmp_path / "ref.txt").write_text("douze\nquatre cents\nune douzaine\n")
+    hyp = tmp_path / "hyp.txt"
+    code, out, err = cli(
+        ["evaluate", str(numbers_model), "--src", str(tmp_path / "src.txt"), "--ref",
+         str(tmp_path / "ref.txt"), "-o", str(hyp)],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    lines = hyp.read_text().splitlines()
+    assert len(lines) == 3 and lines[0] == lines[2]  # one hypothesis per line, the same twice
+    assert "one reference per line (3 lines):" in out
+    assert "all references of each distinct source (2 sources):" in out
+    single, multi = (float(m) for m in re.findall(r"^  BLEU = (\d+\.\d\d)", out, re.M))
+    assert re.search(r"^  BLEU = .*nrefs:var\|", out, re.M)  # sacreBLEU's multi-reference mark
+    expected = BLEU().corpus_score(lines[:2], [["douze", "quatre cents"], ["une douzaine", None]])
+    assert multi == pytest.approx(expected.score, abs=0.005)
+    assert single == pytest.approx(BLEU().corpus_score(lines, [["douze", "quatre cents",
+                                   "une douzaine"]]).score, abs=0.005)  # fmt: skip
 
 
 def test_evaluate_defaults_to_the_runs_test_split(numbers_model, tmp_path, capsys, monkeypatch):
