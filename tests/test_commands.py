@@ -10,13 +10,14 @@ import time
 
 import pytest
 import torch
+from sacrebleu.metrics import BLEU
 from safetensors.torch import load_file
 
 from transformer.demo import run_demo
 from transformer.inference.engine import load_torch_engine
 from transformer.model_dir import load_checkpoint, step_checkpoints
 
-from helpers import cli
+from helpers import SHARED_DATA, cli
 
 SOURCES = ["seven hundred and seventy-one", "", "twelve", "eighty"]
 
@@ -142,6 +143,31 @@ def test_evaluate_prints_bleu_and_chrf_with_signatures(numbers_model, tmp_path, 
     assert len(hyp.read_text().split("\n")[:-1]) == 2
 
 
+def test_evaluate_scores_a_source_with_several_translations_against_all_of_them(
+    numbers_model, tmp_path, capsys
+):
+    # "twelve" twice with two references: scored per line and, once, against both.
+    (tmp_path / "src.txt").write_text("twelve\nfour hundred\ntwelve\n")
+    (tmp_path / "ref.txt").write_text("douze\nquatre cents\nune douzaine\n")
+    hyp = tmp_path / "hyp.txt"
+    code, out, err = cli(
+        ["evaluate", str(numbers_model), "--src", str(tmp_path / "src.txt"), "--ref",
+         str(tmp_path / "ref.txt"), "-o", str(hyp)],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    lines = hyp.read_text().splitlines()
+    assert len(lines) == 3 and lines[0] == lines[2]  # one hypothesis per line, the same twice
+    assert "one reference per line (3 lines):" in out
+    assert "all references of each distinct source (2 sources):" in out
+    single, multi = (float(m) for m in re.findall(r"^  BLEU = (\d+\.\d\d)", out, re.M))
+    assert re.search(r"^  BLEU = .*nrefs:var\|", out, re.M)  # sacreBLEU's multi-reference mark
+    expected = BLEU().corpus_score(lines[:2], [["douze", "quatre cents"], ["une douzaine", None]])
+    assert multi == pytest.approx(expected.score, abs=0.005)
+    assert single == pytest.approx(BLEU().corpus_score(lines, [["douze", "quatre cents",
+                                   "une douzaine"]]).score, abs=0.005)  # fmt: skip
+
+
 def test_evaluate_defaults_to_the_runs_test_split(numbers_model, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the hypotheses go to the current folder, not the model's
     code, out, _ = cli(["evaluate", str(numbers_model), "--beam_size", "1"], capsys)
@@ -183,7 +209,6 @@ def test_average_is_the_mean_of_the_last_checkpoints(numbers_model, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_demo_runs_end_to_end_on_a_short_budget(tmp_path, capsys):
     result = run_demo(
         tmp_path / "demo",
@@ -203,6 +228,30 @@ def test_demo_runs_end_to_end_on_a_short_budget(tmp_path, capsys):
     assert f"exact match all        {100 * result.accuracy:6.2f}%" in out
     assert "  four hundred and twelve thousand and eighty\n    -> " in out
     assert (tmp_path / "demo" / "checkpoints" / "index.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATA / "tatoeba").is_dir(),
+                    reason=f"the Tatoeba pairs are not in {SHARED_DATA}/tatoeba")  # fmt: skip
+def test_the_french_demo_trains_and_scores_against_all_references(tmp_path, capsys):
+    # a few steps of a tiny model: what is checked is the path, not the translations
+    result = run_demo(
+        tmp_path / "fr-en", progress=False, corpus="tatoeba-fr-en",
+        overrides={
+            "model": {"preset": "tiny"}, "data": {"data_dir": str(SHARED_DATA),
+            "vocab_size": 500, "tokenizer_sample": 5000},
+            "train": {"max_steps": 6, "validate_every": 6, "save_every": 6, "warmup_steps": 2,
+                      "bleu_sentences": 10},
+            "decode": {"beam_size": 1, "max_len_b": 5},
+        },
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert result.exact is None and result.bleu is not None
+    multi, single = result.bleu
+    assert "nrefs:var" in multi.signature and "nrefs:1" in single.signature
+    assert "  Je suis étudiant.\n    -> " in out
+    assert re.search(r"On the 2,\d\d\d test sentences, none of them trained on:", out)
+    assert (tmp_path / "fr-en" / "checkpoints" / "index.json").exists()
 
 
 def test_explain_command_prints_the_walkthrough(capsys):

@@ -22,6 +22,7 @@ from transformer.data.numbers import (
     numbers_test_note,
     round_numbers,
 )
+from transformer.data.splits import normalised
 from transformer.errors import UserError
 
 from helpers import SHARED_DATA
@@ -258,14 +259,23 @@ def test_multi30k_de_en_from_shared_data():
 
 @pytest.mark.slow
 @needs_shared
-def test_tatoeba_fra_eng_both_directions_from_shared_data():
-    data = DataConfig(
-        corpus="tatoeba-fra-eng", src_lang="en", tgt_lang="fr", data_dir=str(SHARED_DATA)
-    )
-    en_fr = load_splits(data)
-    fr_en = load_splits(replace(data, src_lang="fr", tgt_lang="en"))
-    total = len(en_fr.train) + len(en_fr.valid) + len(en_fr.test)
-    assert total + en_fr.skipped_empty == 142787  # lines of fra.txt
-    assert ("Go.", "Va !") in en_fr.train + en_fr.valid
-    assert {(t, s) for s, t in en_fr.valid} == set(fr_en.valid)
-    assert 0.015 < len(en_fr.valid) / total < 0.025  # valid_fraction 0.02
+@pytest.mark.parametrize("src_lang,tgt_lang", [("fr", "en"), ("en", "fr")])
+def test_tatoeba_splits_by_source_sentence_from_shared_data(src_lang, tgt_lang):
+    """No valid or test source, lowercased and its spaces collapsed, is trained on (with any
+    translation); every translation of a held-out source is held out with it."""
+    data = DataConfig(corpus="tatoeba-fra-eng", src_lang=src_lang, tgt_lang=tgt_lang,
+                      data_dir=str(SHARED_DATA))  # fmt: skip
+    splits = load_splits(data)
+    total = len(splits.train) + len(splits.valid) + len(splits.test)
+    assert total + splits.skipped_empty == 142787  # lines of fra.txt
+    trained = {normalised(s) for s, _ in splits.train}
+    for held in (splits.valid, splits.test):
+        sources = {normalised(s) for s, _ in held}
+        assert not sources & trained
+        distinct = 136067 if src_lang == "fr" else 98659  # distinct sentences in fra.txt
+        assert 0.015 < len(sources) / distinct < 0.025  # valid_fraction, test_fraction 0.02
+    assert not {normalised(s) for s, _ in splits.valid} & {normalised(s) for s, _ in splits.test}
+    if src_lang == "fr":  # "Je suis étudiant." has three translations, all in one split
+        where = [name for name, part in (("train", splits.train), ("valid", splits.valid),
+                 ("test", splits.test)) for s, _ in part if s == "Je suis étudiant."]  # fmt: skip
+        assert len(where) == 3 and len(set(where)) == 1

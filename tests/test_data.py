@@ -239,3 +239,26 @@ def test_the_split_plan_streams_in_eight_bytes_a_pair():
     plan = plan_split(iter(pairs), 0.05, 0.05, seed=1)  # one pass over an iterator
     counts = [sum(plan.split_of(p) == k for p in pairs) for k in range(3)]
     assert counts == [900, 50, 50]
+
+
+def test_a_split_by_source_holds_out_every_translation_of_a_held_out_source():
+    """Several translations per source, and sources that differ only in case and spaces: none
+    of a held-out source's forms is trained on, and its translations stay together."""
+    from transformer.data.splits import normalised
+
+    pairs = [(f"Source {i}.", f"target {i} {k}") for i in range(300) for k in range(i % 3 + 1)]
+    pairs += [(f"source  {i}.", f"other {i}") for i in range(0, 300, 7)]  # a case/space variant
+    train, valid, test = split_pairs(pairs, 0.1, 0.1, seed=3, by_source=True)
+    assert len(train) + len(valid) + len(test) == len(pairs)
+    trained = {normalised(s) for s, _ in train}
+    for held in (valid, test):
+        assert held and not {normalised(s) for s, _ in held} & trained
+    by_split = {}
+    for name, part in (("train", train), ("valid", valid), ("test", test)):
+        for source, _ in part:
+            by_split.setdefault(normalised(source), set()).add(name)
+    assert all(len(names) == 1 for names in by_split.values())
+    assert 20 <= len({normalised(s) for s, _ in test}) <= 40  # 10% of 300 distinct sources
+    # split by pair (the default), a source's translations can be dealt apart
+    train, valid, test = split_pairs(pairs, 0.1, 0.1, seed=3)
+    assert {normalised(s) for s, _ in test} & {normalised(s) for s, _ in train}

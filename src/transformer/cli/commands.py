@@ -67,7 +67,7 @@ COMMANDS = {
                      "Trains from a YAML config (--config), files (--data.src, --data.tgt) or a "
                      "named corpus (--data.corpus). Precedence: defaults < preset < --config < "
                      "options; on --resume the saved config replaces --config."),
-    "demo": Command("train the built-in number-words model and translate its test set",
+    "demo": Command("train a built-in model (number words, or French to English) and score it",
                     ("runtime",),
                     _demo_options, _demo, skip=frozenset({"runtime.timeout_minutes"})),
     "translate": Command("translate sentences (stdin, a file, or interactively)",

@@ -25,7 +25,13 @@ from ..errors import UserError
 from ..files import STDOUT, atomic_write, check_output
 from ..inference.alignment import pharaoh
 from ..inference.engine import Engine
-from ..inference.evaluate import ExactMatch, Score, exact_match, score_translations
+from ..inference.evaluate import (
+    ExactMatch,
+    Score,
+    exact_match,
+    references_by_source,
+    score_translations,
+)
 from ..inference.translate import Translation, TranslationResult
 
 # an engine's translate: (sentences, search or None for its own, prefixes or None)
@@ -207,14 +213,24 @@ def _stdin_lines(stdin: IO[bytes]) -> Iterator[str]:
 class Evaluation:
     """What ``evaluate`` found."""
 
-    scores: list[Score]  # BLEU, chrF (and lowercased BLEU)
+    scores: list[Score]  # BLEU, chrF (and lowercased BLEU): one reference per line (pair)
     exact: list[ExactMatch] | None  # per class, for a corpus that has classes
     note: str  # what the test split is (e.g. which classes are also trained on)
     hypotheses: Path
     truncated: int  # source lines cut to fit the model
+    # Where a source has several translations: the same metrics over the distinct sources,
+    # each against all its translations, and how many sources and references that is.
+    multi_reference: list[Score] | None = None
+    sources: int = 0
+    references: int = 0
 
     def lines(self) -> list[str]:
         out = [str(score) for score in self.scores]
+        if self.multi_reference is not None:
+            out = [f"one reference per line ({self.references:,} lines):"]
+            out += [f"  {score}" for score in self.scores]
+            out.append(f"all references of each distinct source ({self.sources:,} sources):")
+            out += [f"  {score}" for score in self.multi_reference]
         if self.exact is not None:
             out.append(f"by class ({self.note}):" if self.note else "by class:")
             out += [f"  {row}" for row in self.exact]
@@ -243,14 +259,23 @@ def evaluate(
         pairs, groups, note = splits.test, splits.test_groups, splits.test_note
         if not pairs:
             raise UserError("the run's corpus has no test split; pass --src and --ref")
-    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    # Each distinct source is translated once; a source with several translations (a line of
+    # the test set each) is scored against each line and, once, against all of them.
+    sources, all_references = references_by_source(pairs)
     result = engine.translate(sources)
+    translated = dict(zip(sources, result.best, strict=True))
+    best = [translated[source] for source, _ in pairs]  # (pairs,) line-aligned with the test set
+    references = [target for _, target in pairs]
     hypotheses = Path(output)
     with atomic_write(hypotheses) as f:
-        f.write("".join(h + "\n" for h in result.best))
-    scores = score_translations(result.best, references, lowercase=lowercase)
-    exact = exact_match(result.best, references, groups) if groups is not None else None
-    return Evaluation(scores, exact, note, hypotheses, len(result.truncated))
+        f.write("".join(h + "\n" for h in best))
+    scores = score_translations(best, references, lowercase=lowercase)
+    exact = exact_match(best, references, groups) if groups is not None else None
+    evaluation = Evaluation(scores, exact, note, hypotheses, len(result.truncated))
+    if len(sources) < len(pairs):
+        evaluation.multi_reference = score_translations(result.best, all_references, lowercase)
+        evaluation.sources, evaluation.references = len(sources), len(pairs)
+    return evaluation
 
 
 def score_file(

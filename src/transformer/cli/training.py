@@ -97,15 +97,27 @@ def _merged(values: dict, given: dict) -> dict:
 
 
 def _demo_options(p: ArgumentParser) -> None:
-    p.add_argument("--out", default="runs/numbers-en-fr", help="model directory (a demo run there "
-                   "is replaced; any other run is refused)")  # fmt: skip
+    from ..demo import DEMOS
+
+    p.add_argument("--corpus", default="numbers", choices=list(DEMOS),
+                   help="numbers: en->fr number words, 4 minutes; tatoeba-fr-en: French to "
+                   "English everyday sentences, 60 minutes")  # fmt: skip
+    p.add_argument("--out", default=None, help="model directory (a demo run of the same corpus "
+                   "there is replaced; any other run is refused; default: runs/numbers-en-fr or "
+                   "runs/fr-en)")  # fmt: skip
+    p.add_argument("--data_dir", default=None, help="a local copy of the corpus (tatoeba-fr-en: "
+                   "the folder holding tatoeba/fra-eng.zip); default: download it")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _demo(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..demo import run_demo
 
-    run_demo(Path(ns.out), progress=not ns.quiet, overrides={"runtime": given.get("runtime", {})})
+    overrides: dict[str, dict] = {"runtime": given.get("runtime", {})}
+    if ns.data_dir is not None:
+        overrides["data"] = {"data_dir": ns.data_dir}
+    out = Path(ns.out) if ns.out is not None else None
+    run_demo(out, progress=not ns.quiet, overrides=overrides, corpus=ns.corpus)
 
 
 def _average_options(p: ArgumentParser) -> None:

@@ -101,11 +101,16 @@ def _multi30k(data: DataConfig) -> SplitStreams:
 
 def _tatoeba(data: DataConfig) -> SplitStreams:
     path, english_is_source = tatoeba_file(data)
+    # Split by source sentence: many sentences have several translations, and a test source
+    # must not be trained on with another one; a test source keeps all of them as references.
     train, valid, test = split_stream(
         lambda: iter_tsv_pairs(path, first_is_source=english_is_source),
-        data.valid_fraction, data.test_fraction, data.split_seed,
+        data.valid_fraction, data.test_fraction, data.split_seed, by_source=True,
     )  # fmt: skip
-    source = f"{data.corpus} {_direction(data)} from {path} (split seed {data.split_seed})"
+    source = (
+        f"{data.corpus} {_direction(data)} from {path} (split by source sentence, seed "
+        f"{data.split_seed})"
+    )
     return SplitStreams(train, valid, test, source)
 
 

@@ -12,10 +12,17 @@ from ..errors import UserError
 from .readers import Pair
 
 
-def split_key(pair: Pair, seed: int) -> int:
-    """The pair's rank; its sides in sorted order, so that both directions split alike."""
-    first, second = sorted(pair)
-    digest = hashlib.blake2b(f"{seed}\n{first}\t{second}".encode(), digest_size=8).digest()
+def normalised(sentence: str) -> str:
+    """A sentence lowercased, its spaces collapsed: what counts as "the same source"."""
+    return " ".join(sentence.lower().split())
+
+
+def split_key(pair: Pair, seed: int, by_source: bool = False) -> int:
+    """The pair's rank: of its two sides in sorted order, so that both directions split alike,
+    or with ``by_source`` of its normalised source alone, so that every translation of a source
+    lands in the same split (a corpus with several translations per sentence)."""
+    text = normalised(pair[0]) if by_source else "\t".join(sorted(pair))
+    digest = hashlib.blake2b(f"{seed}\n{text}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")
 
 
@@ -27,52 +34,60 @@ class SplitPlan:
     seed: int
     valid_last: int
     test_last: int
+    by_source: bool = False
 
     def split_of(self, pair: Pair) -> int:
         """0 train, 1 valid, 2 test."""
-        key = split_key(pair, self.seed)
+        key = split_key(pair, self.seed, self.by_source)
         return 1 if key <= self.valid_last else 2 if key <= self.test_last else 0
 
 
 def plan_split(
-    pairs: Iterable[Pair], valid_fraction: float, test_fraction: float, seed: int
-) -> SplitPlan:
+    pairs: Iterable[Pair], valid_fraction: float, test_fraction: float, seed: int,
+    by_source: bool = False,
+) -> SplitPlan:  # fmt: skip
     """The split of a corpus, from one pass over its pairs keeping 8 bytes per pair.
 
     Each distinct pair is ranked by a BLAKE2 hash of (seed, pair): the same split on every run,
     machine and Python version, whatever the order of the file or the direction. The first
     ``round(valid_fraction · distinct)`` go to valid (at least one if the fraction is > 0), the
     next to test, the rest to train. All copies of a repeated pair land in the same split, so a
-    pair is never both trained on and validated on.
+    pair is never both trained on and validated on. With ``by_source`` the distinct normalised
+    sources are ranked instead: no valid or test source appears in training, even with another
+    translation, and a held-out source keeps all its translations (references).
 
     Args:
         pairs: all the pairs (any iterable: the corpus can be streamed).
-        valid_fraction: share of distinct pairs held out for validation.
+        valid_fraction: share of distinct pairs (or sources) held out for validation.
         test_fraction: share held out for testing.
         seed: the split seed.
+        by_source: rank distinct sources, not distinct pairs.
     """
-    keys = np.unique(np.fromiter((split_key(p, seed) for p in pairs), dtype=np.uint64))
+    keys = np.fromiter((split_key(p, seed, by_source) for p in pairs), dtype=np.uint64)
+    keys = np.unique(keys)
     n_valid, n_test = (
         max(1, round(f * len(keys))) if f > 0 else 0 for f in (valid_fraction, test_fraction)
     )
     if n_valid + n_test >= len(keys):
         raise UserError(
-            f"{len(keys)} distinct pairs are too few to hold out valid_fraction="
+            f"{len(keys)} distinct {'sources' if by_source else 'pairs'} are too few to hold out "
+            f"valid_fraction="
             f"{valid_fraction} and test_fraction={test_fraction} and keep pairs for training"
         )
     valid_last = int(keys[n_valid - 1]) if n_valid else -1
     test_last = int(keys[n_valid + n_test - 1]) if n_test else valid_last
-    return SplitPlan(seed, valid_last, test_last)
+    return SplitPlan(seed, valid_last, test_last, by_source)
 
 
 def split_pairs(
-    pairs: list[Pair], valid_fraction: float, test_fraction: float, seed: int
-) -> tuple[list[Pair], list[Pair], list[Pair]]:
+    pairs: list[Pair], valid_fraction: float, test_fraction: float, seed: int,
+    by_source: bool = False,
+) -> tuple[list[Pair], list[Pair], list[Pair]]:  # fmt: skip
     """Deals pairs into (train, valid, test) by ``plan_split``; each keeps the order of the file.
 
     Args: as ``plan_split``.
     """
-    plan = plan_split(pairs, valid_fraction, test_fraction, seed)
+    plan = plan_split(pairs, valid_fraction, test_fraction, seed, by_source)
     splits: tuple[list[Pair], list[Pair], list[Pair]] = ([], [], [])
     for pair in pairs:
         splits[plan.split_of(pair)].append(pair)
@@ -139,12 +154,13 @@ class SplitStreams:
 
 
 def split_stream(
-    make: Callable[[], Iterable[Pair]], valid_fraction: float, test_fraction: float, seed: int
-) -> tuple[PairStream, list[Pair], list[Pair]]:
+    make: Callable[[], Iterable[Pair]], valid_fraction: float, test_fraction: float, seed: int,
+    by_source: bool = False,
+) -> tuple[PairStream, list[Pair], list[Pair]]:  # fmt: skip
     """One source dealt into (train stream, valid, test) by ``plan_split``: one pass to plan,
     one to collect valid and test; training reads the source again (and counts the empty pairs
     of the whole source, which belong to no split)."""
-    plan = plan_split(PairStream(make), valid_fraction, test_fraction, seed)
+    plan = plan_split(PairStream(make), valid_fraction, test_fraction, seed, by_source)
     held: tuple[list[Pair], list[Pair], list[Pair]] = ([], [], [])
     for pair in PairStream(make, lambda pair: plan.split_of(pair) != 0):
         held[plan.split_of(pair)].append(pair)

@@ -26,21 +26,35 @@ class Score:
 
 
 def score_translations(
-    hypotheses: list[str], references: list[str], lowercase: bool = False
+    hypotheses: list[str], references: list[str] | list[list[str]], lowercase: bool = False
 ) -> list[Score]:
-    """BLEU and chrF of ``hypotheses`` against one reference each (line-aligned)."""
+    """BLEU and chrF of ``hypotheses`` against their references (line-aligned): one string per
+    hypothesis, or a list of one or more (multi-reference: sacreBLEU takes one stream per
+    reference, ``None`` where a sentence has fewer)."""
     if len(hypotheses) != len(references):
         raise UserError(
             f"{len(hypotheses)} hypotheses but {len(references)} references; they must align"
         )
+    options = [refs if isinstance(refs, list) else [refs] for refs in references]
+    most = max((len(refs) for refs in options), default=1)
+    streams = [[refs[k] if k < len(refs) else None for refs in options] for k in range(most)]
     metrics = [("BLEU", BLEU()), ("chrF", CHRF())]
     if lowercase:
         metrics.append(("BLEU lowercase", BLEU(lowercase=True)))
     scores = []
     for name, metric in metrics:
-        result = metric.corpus_score(hypotheses, [references])
+        result = metric.corpus_score(hypotheses, streams)
         scores.append(Score(name, result.score, str(metric.get_signature())))
     return scores
+
+
+def references_by_source(pairs: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
+    """The distinct sources of ``pairs`` (in order of first appearance) and, for each, every
+    translation the pairs give it: a test set's references, for multi-reference BLEU."""
+    grouped: dict[str, list[str]] = {}
+    for source, target in pairs:
+        grouped.setdefault(source, []).append(target)
+    return list(grouped), list(grouped.values())
 
 
 @dataclass
