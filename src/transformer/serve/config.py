@@ -11,7 +11,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from ..config.checks import check_finite, check_positive, check_types
+from ..config.checks import check_finite, check_positive, check_types, range_of
+from ..config.decode import DecodeConfig
 from ..errors import BadValue
 
 API_KEY_ENV = "TRANSFORMER_API_KEY"
@@ -59,6 +60,12 @@ class ServeConfig:
         check_finite(self)
         check_positive(self, "max_body_bytes", "max_sentences", "max_chars", "max_beam",
                        "max_queue", "batch_tokens", "max_cost")  # fmt: skip
+        # The search settings these limits feed must exist: DecodeConfig's ranges.
+        for name, decode_name in (("max_beam", "beam_size"), ("batch_tokens", "max_source_tokens")):
+            allowed = range_of(DecodeConfig, decode_name)
+            if getattr(self, name) not in allowed:
+                raise BadValue(f"ServeConfig.{name} must be in {allowed} (DecodeConfig."
+                               f"{decode_name}), got {getattr(self, name)!r}")  # fmt: skip
         if not self.host.strip():
             raise BadValue("ServeConfig.host must be an address, got an empty string")
         if not 0 <= self.port <= 65535:
