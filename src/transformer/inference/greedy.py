@@ -46,7 +46,8 @@ def _search_one_path(
     memory, src_mask = model.encode(src_ids)
     room = room_needed(config.min_len, prefix)
     max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b, room)  # (B,)
-    batch = RunningBatch(model, memory, src_mask, use_cache, SearchRules.of(config), prefix)
+    rules = SearchRules.of(config, int(max_lens.max()))
+    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix)
     running = torch.arange(src_ids.size(0), device=src_ids.device)  # sentence of each row (N,)
     log_prob = torch.zeros(src_ids.size(0), device=src_ids.device)  # (N,)
     results: dict[int, Hypothesis] = {}
@@ -130,7 +131,10 @@ def sample(
     temperature, top_k, top_p = config.temperature, config.top_k, config.top_p
 
     def pick(log_probs: Tensor) -> Tensor:
-        scaled = log_probs / temperature  # (N, V)
+        # The best token moved to 0 first, so that it stays 0 at any temperature: dividing
+        # log-probs alone by 0.01 could turn a whole row to -inf, and softmax to NaN.
+        best = log_probs.max(dim=-1, keepdim=True).values  # (N, 1)
+        scaled = (log_probs - best) / temperature  # (N, V)
         if top_k:
             kth_best = scaled.topk(min(top_k, scaled.size(-1)), dim=-1).values[:, -1:]  # (N, 1)
             scaled = scaled.masked_fill(scaled < kth_best, float("-inf"))
