@@ -41,8 +41,9 @@ class ServeConfig:
     timeout: float = 30.0
     """Seconds a request may wait for its translations; longer: 504."""
     max_cost: int = 65_536
-    """Largest decoding work of one request: output tokens it may ask for, summed over its
-    sentences, times beam (or samples); more: 422."""
+    """Largest work of one request: the tokens it may make the model process, summed over its
+    sentences (source, and the output-length limit + 1, raised to min_len and the prefix, times
+    the beam or the samples; inference/cost.py); more: 422."""
     body_timeout: float = 10.0
     """Seconds a request's body may take to arrive once its headers have; longer: 408."""
     idle_timeout: float = 5.0
