@@ -131,10 +131,7 @@ def sample(
     temperature, top_k, top_p = config.temperature, config.top_k, config.top_p
 
     def pick(log_probs: Tensor) -> Tensor:
-        # The best token moved to 0 first, so that it stays 0 at any temperature: dividing
-        # log-probs alone by 0.01 could turn a whole row to -inf, and softmax to NaN.
-        best = log_probs.max(dim=-1, keepdim=True).values  # (N, 1)
-        scaled = (log_probs - best) / temperature  # (N, V)
+        scaled = log_probs / temperature  # (N, V)
         if top_k:
             kth_best = scaled.topk(min(top_k, scaled.size(-1)), dim=-1).values[:, -1:]  # (N, 1)
             scaled = scaled.masked_fill(scaled < kth_best, float("-inf"))
