@@ -53,6 +53,12 @@ def test_the_bounds_are_accepted_and_a_value_just_outside_is_named(name):
         assert str(raised.value) == f"DecodeConfig.{name} must be in {allowed}, got {value!r}"
 
 
+def test_an_nbest_beyond_the_beams_range_is_named_not_the_beam_it_would_widen():
+    assert DecodeConfig().with_search(nbest=8).beam_size == 8  # n-best widens the beam
+    with pytest.raises(BadValue, match=r"^DecodeConfig.nbest must be in \[1, 1024\], got 5000$"):
+        DecodeConfig().with_search(nbest=5000)
+
+
 # ---------------------------------------------------------------- the arithmetic at the bounds
 def sharp_model():
     """A random tiny model (32 positions) with N(0, 1) weights: its logits span tens of nats,
@@ -141,6 +147,7 @@ CLI_CASES = [("temperature", "1e-300"), ("temperature", "1e300"), ("top_p", "0")
              ("beam_size", "1025"), ("max_len_b", "65537"), ("top_k", "-1")]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "value"), CLI_CASES)
 def test_the_command_line_refuses_a_value_outside_in_one_line(numbers_model, name, value):
     result = cli_main("translate", str(numbers_model), f"--decode.{name}", value)
@@ -149,12 +156,14 @@ def test_the_command_line_refuses_a_value_outside_in_one_line(numbers_model, nam
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_a_yaml_file_is_refused_the_same_way(numbers_model, tmp_path):
     (tmp_path / "decode.yaml").write_text("sampling: true\ntemperature: 1.0e-300\n")
     result = cli_main("translate", str(numbers_model), "--decode", str(tmp_path / "decode.yaml"))
     one_line_error(result, 2, "DecodeConfig.temperature", "[0.01, 100]", "1e-300")
 
 
+@pytest.mark.slow
 def test_the_command_line_at_the_bounds_translates(numbers_model, tmp_path):
     (tmp_path / "in.txt").write_text("twelve\nforty two\n")
     for options in (["--sampling", "--temperature", "0.01"], ["--sampling", "--temperature", "100"],

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..errors import BadValue
-from .checks import check_finite, check_ranges, check_types, ranged
+from .checks import check_finite, check_ranges, check_types, range_of, ranged
 
 # No output is longer than the model's positions; no model has more than this many.
 LONGEST = 65_536
@@ -81,8 +81,10 @@ class DecodeConfig:
 
     def with_search(self, **search: object) -> DecodeConfig:
         """These search options (DecodeConfig fields) on top of this config; an ``nbest``
-        larger than the beam widens the beam, unless ``beam_size`` is given too."""
-        nbest = search.get("nbest", 1)
-        if isinstance(nbest, int) and nbest > self.beam_size and "beam_size" not in search:
+        larger than the beam widens the beam, unless ``beam_size`` is given too (or ``nbest`` is
+        beyond the beam's range: then the error names ``nbest``, the option given)."""
+        nbest, widest = search.get("nbest", 1), range_of(DecodeConfig, "beam_size").high
+        widen = isinstance(nbest, int) and self.beam_size < nbest <= widest
+        if widen and "beam_size" not in search:
             search = {**search, "beam_size": nbest}
         return replace(self, **search)
