@@ -18,6 +18,7 @@ from transformer.inference.cost import scoring_cost, translation_cost
 from helpers import assert_error, client_for
 
 pytest.importorskip("fastapi")
+pytestmark = pytest.mark.slow  # the tests' trained model, and 64-sentence searches at beam 16
 
 MANY = 64  # serve.max_sentences' default
 
