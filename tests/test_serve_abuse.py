@@ -97,17 +97,22 @@ def test_an_abandoned_job_leaves_the_queue_or_stops_decoding(torch_engine):
 
 # ------------------------------------------------------ the budget, HEAD, framing (in-process)
 def test_a_request_over_the_cost_budget_is_a_422_naming_it(torch_engine):
-    # cost = sentences x max_len x hypotheses (beam, or samples), worked out by hand here
-    with client_for(torch_engine, max_cost=100) as client:
-        within = {"sentences": ["twelve"] * 5, "beam": 4, "max_len": 5}  # 5 x 5 x 4 = 100
+    # cost = sentences x (source + hypotheses x (max_len + 1)), worked out by hand here: the
+    # source is its pieces and EOS, each hypothesis decodes max_len tokens and EOS
+    n = len(torch_engine.tokenizers.src.encode("twelve")) + 1
+    budget = 5 * (n + 4 * 6)
+    with client_for(torch_engine, max_cost=budget) as client:
+        within = {"sentences": ["twelve"] * 5, "beam": 4, "max_len": 5}
         assert client.post("/translate", json=within).status_code == 200
-        over = client.post("/translate", json={**within, "max_len": 6})  # 120
-        assert_error(over, 422, "over_budget", "serve.max_cost", "120", "100")
+        over = client.post("/translate", json={**within, "max_len": 6})
+        assert_error(over, 422, "over_budget", "serve.max_cost", f"{5 * (n + 4 * 7)} tokens",
+                     f"allows {budget}")  # fmt: skip
         sampled = {"sentences": ["twelve"] * 5, "sampling": True, "nbest": 5, "max_len": 5}
-        assert_error(client.post("/translate", json=sampled), 422, "over_budget", "125")
+        cost = 5 * (5 * n + 5 * 6)  # each sample encodes its own copy of the source
+        assert_error(client.post("/translate", json=sampled), 422, "over_budget", f"{cost} tokens")
         empty = {"sentences": [""] * 64, "beam": 16}  # empty sentences are not decoded
         assert client.post("/translate", json=empty).status_code == 200
-        assert client.get("/info").json()["limits"]["max_cost"] == 100
+        assert client.get("/info").json()["limits"]["max_cost"] == budget
 
 
 def test_head_works_wherever_get_does_and_the_page_cannot_be_framed(torch_engine):

@@ -93,6 +93,13 @@ def test_serve_config_checks_its_values():
         ServeConfig(max_chars=0)
     with pytest.raises(BadValue, match="host"):
         ServeConfig(host=" ")
+    # a limit that feeds a search setting stays within DecodeConfig's range for it
+    with pytest.raises(
+        BadValue, match=r"max_beam must be in \[1, 1024\] \(DecodeConfig.beam_size\)"
+    ):
+        ServeConfig(max_beam=1025)
+    with pytest.raises(BadValue, match=r"batch_tokens must be in \[1, 16777216\]"):
+        ServeConfig(batch_tokens=1 << 25)
 
 
 # ------------------------------------------------------------------- the ctranslate2 engine

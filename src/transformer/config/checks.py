@@ -1,5 +1,8 @@
 """The checks every config dataclass runs in ``__post_init__``: types, finite floats, ranges.
 
+A field whose values have a documented range is declared with ``ranged(default, low, high)``;
+``check_ranges`` checks it, and the HTTP API takes its bounds from the same declaration.
+
 A failed check raises ``BadValue`` naming the class, the field and the value: a one-line error
 for the command line and a ValueError for Python callers.
 """
@@ -9,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import math
 import typing
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from ..errors import BadValue
 
@@ -86,3 +90,49 @@ def check_probability(obj: object, *names: str) -> None:
         value = getattr(obj, name)
         if not 0.0 <= value < 1.0:
             raise BadValue(f"{type(obj).__name__}.{name} must be in [0, 1), got {value!r}")
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a number may take: [low, high], or (low, high] with ``open_low``."""
+
+    low: float
+    high: float
+    open_low: bool = False
+
+    def __contains__(self, value: object) -> bool:
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return False
+        above = value > self.low if self.open_low else value >= self.low
+        return above and value <= self.high
+
+    def __str__(self) -> str:
+        return f"{'(' if self.open_low else '['}{_number(self.low)}, {_number(self.high)}]"
+
+    def schema(self) -> dict[str, float]:
+        """The same bounds as pydantic's ``Field`` keywords (``gt``/``ge`` and ``le``)."""
+        return {"gt" if self.open_low else "ge": self.low, "le": self.high}
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def ranged(default: float, low: float, high: float, open_low: bool = False) -> Any:
+    """A dataclass field with a default and the range its values must lie in: the range is
+    stated once, here, and read by ``check_ranges`` and by whoever needs the bounds (``range_of``:
+    the HTTP API's schema)."""
+    return field(default=default, metadata={"range": Range(low, high, open_low)})
+
+
+def range_of(cls: type, name: str) -> Range:
+    """The range of field ``name`` of dataclass ``cls``, as ``ranged`` declared it."""
+    return next(f.metadata["range"] for f in fields(cls) if f.name == name)  # type: ignore[arg-type]
+
+
+def check_ranges(obj: object) -> None:
+    """Every field declared with ``ranged`` holds a value within its range."""
+    for f in fields(obj):  # type: ignore[arg-type]
+        allowed, value = f.metadata.get("range"), getattr(obj, f.name)
+        if allowed is not None and value not in allowed:
+            raise BadValue(f"{type(obj).__name__}.{f.name} must be in {allowed}, got {value!r}")

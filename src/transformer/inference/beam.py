@@ -103,7 +103,7 @@ def _beam_search(
     room = room_needed(config.min_len, prefix)  # (B,) or a number
     max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b, room)  # (B,)
     beams_of = torch.arange(B, device=device).repeat_interleave(K)  # (B·K,) sentence of each row
-    rules = SearchRules.of(config)
+    rules = SearchRules.of(config, int(max_lens.max()))
     batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix)  # B rows at step 0
     running = torch.arange(B, device=device)  # (N,) sentence of each running block of K rows
     # The K beams all start as the same <s>: only beam 0 may be extended at the first step, or

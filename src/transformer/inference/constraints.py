@@ -49,8 +49,12 @@ class SearchRules:
     repetition_penalty: float = 1.0
 
     @classmethod
-    def of(cls, config: DecodeConfig) -> SearchRules:
-        return cls(config.min_len, config.no_repeat_ngram, config.repetition_penalty)
+    def of(cls, config: DecodeConfig, longest: int) -> SearchRules:
+        """The rules of ``config`` for a search whose outputs may reach ``longest`` tokens: a
+        ``min_len`` beyond the model's positions yields to the limit, where EOS is forced (a
+        row with every token banned would have nothing left to choose)."""
+        min_len = min(config.min_len, longest)
+        return cls(min_len, config.no_repeat_ngram, config.repetition_penalty)
 
     def penalize(self, logits: Tensor, tokens: Tensor) -> Tensor:
         """Rule 1 on logits (N, V), given the rows' tokens so far (N, t), BOS first."""
@@ -88,6 +92,7 @@ def repetition_penalty(logits: Tensor, history: Tensor, penalty: float) -> Tenso
     Shape:
         returns a new (N, V) tensor.
     """
+    logits = logits.float()  # x · 100 of a half-precision logit may overflow
     seen = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, history, True)  # (N, V)
     penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
     return torch.where(seen, penalised, logits)
@@ -139,5 +144,6 @@ def nucleus(scores: Tensor, top_p: float) -> Tensor:
     probs = sorted_scores.softmax(dim=-1)
     before = probs.cumsum(dim=-1) - probs  # (N, V) the mass of the more likely tokens
     drop_sorted = before >= top_p  # p is reached without this token
+    drop_sorted[:, 0] = False  # the most likely: a top_p below float32's least (1e-300) is 0
     drop = drop_sorted.scatter(1, order, drop_sorted)  # (N, V) back in vocabulary order
     return scores.masked_fill(drop, float("-inf"))

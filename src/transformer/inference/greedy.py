@@ -46,7 +46,8 @@ def _search_one_path(
     memory, src_mask = model.encode(src_ids)
     room = room_needed(config.min_len, prefix)
     max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b, room)  # (B,)
-    batch = RunningBatch(model, memory, src_mask, use_cache, SearchRules.of(config), prefix)
+    rules = SearchRules.of(config, int(max_lens.max()))
+    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix)
     running = torch.arange(src_ids.size(0), device=src_ids.device)  # sentence of each row (N,)
     log_prob = torch.zeros(src_ids.size(0), device=src_ids.device)  # (N,)
     results: dict[int, Hypothesis] = {}

@@ -73,8 +73,11 @@ def gnmt_length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
     """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016, §7); α = 0 gives 1, i.e. no penalty.
 
     Beam search ranks hypotheses by log P(Y|X) / lp(Y): without it, shorter outputs win simply
-    because every extra token multiplies in one more probability below 1.
+    because every extra token multiplies in one more probability below 1. Computed in float64:
+    at α = 10 (``DecodeConfig``'s bound) and 65,536 tokens lp is about 2.4e40, beyond float32.
     """
+    if isinstance(length, Tensor):
+        length = length.double()
     return ((5 + length) / 6) ** alpha
 
 
@@ -109,12 +112,25 @@ def output_length_limits(
     """max(floor(a · src_len + b), at_least) per sentence of src_ids (B, S), src_len counting
     its non-pad tokens, capped at max_positions - 1 (None: no cap): (B,). Every engine uses
     this rule."""
-    src_len = (src_ids != PAD_ID).sum(dim=1)  # (B,)
-    lengths = (a * src_len + b).floor().long()
-    lengths = torch.maximum(lengths, torch.as_tensor(at_least, device=lengths.device))
+    return length_limits((src_ids != PAD_ID).sum(dim=1), a, b, max_positions, at_least)
+
+
+def length_limits(
+    src_len: Tensor, a: float, b: int, max_positions: int | None, at_least: Tensor | int = 0
+) -> Tensor:
+    """max(floor(a · src_len + b), at_least), capped at max_positions - 1 (None: no cap), for
+    source lengths src_len (B,): (B,). The one rule of how long a search may run: the searches,
+    the CTranslate2 engine and the cost of a request (``cost.py``) all use it.
+
+    In float64 and capped before the conversion to integers, so a large ``a`` cannot overflow
+    int64 into a negative limit.
+    """
+    lengths = (a * src_len.double() + b).floor()  # (B,)
+    at_least = torch.as_tensor(at_least, device=lengths.device, dtype=torch.float64)
+    lengths = torch.maximum(lengths, at_least)
     if max_positions is not None:
         lengths = lengths.clamp(max=max_positions - 1)
-    return lengths
+    return lengths.long()
 
 
 def room_needed(min_len: int, prefix: Tensor | None) -> Tensor | int:

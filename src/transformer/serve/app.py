@@ -14,7 +14,7 @@ Every error is JSON ``{"error": code, "message": one line}`` with a 4xx status, 
 generic message for a bug (whose traceback goes to the server's log, never into a response):
 400 for a body that is not UTF-8, 401 without the API key, 408 for a body slower than
 ``body_timeout``, 413 for a body over ``max_body_bytes``, 422 for an invalid request (too many
-sentences, a sentence too long, a beam too wide, more decoding work than ``max_cost``, a field
+sentences, a sentence too long, a beam too wide, more model work than ``max_cost``, a field
 of the wrong type or name, JSON that does not parse), 429 with ``Retry-After`` when
 ``max_queue`` sentences are already waiting, 503 while shutting down, 504 when a request waited
 longer than ``timeout``. A request whose client disconnects is dropped from the queue, or its
@@ -46,9 +46,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
-from ..config import DecodeConfig, ModelConfig
+from ..config import DecodeConfig
 from ..errors import BadValue, UserError
 from ..inference.alignment import pharaoh
+from ..inference.cost import Cost, scoring_cost, translation_cost
 from ..inference.engine import Engine, TorchEngine
 from ..inference.translate import Translation
 from ..inspect.attention import inspect_sentence
@@ -132,17 +133,20 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
             log.exception("the worker failed")
             raise ApiError(500, "internal_error", INTERNAL) from None
 
-    def check_cost(sentences: list[str], decode: DecodeConfig) -> None:
-        """422 for a request that may ask for more decoding work than ``serve.max_cost``."""
-        n, longest, hypotheses = decoding_cost(sentences, decode, engine, model_config)
-        if n * hypotheses > config.max_cost:
-            message = (
-                f"this request may decode {n * hypotheses:,} tokens (up to {longest} per "
-                f"sentence, {n:,} in all, x {hypotheses} hypotheses); this server allows "
-                f"{config.max_cost:,} (serve.max_cost): send fewer sentences, a smaller beam or "
-                "max_len"
-            )
-            raise ApiError(422, "over_budget", message)
+    def check_cost(cost: Cost, advice: str) -> None:
+        """422 for a request that may make the model process more than ``serve.max_cost``
+        tokens (``inference/cost.py`` counts them), before it is queued."""
+        if cost.tokens > config.max_cost:
+            raise ApiError(422, "over_budget", f"this request may make the model process "
+                           f"{cost}; this server allows {config.max_cost:,} (serve.max_cost): "
+                           f"{advice}")  # fmt: skip
+
+    def check_search(sentences: list[str], prefixes: list[str] | None, decode: DecodeConfig,
+                     rerun: int = 0) -> None:  # fmt: skip
+        cost = translation_cost(engine.tokenizers, sentences, prefixes, decode,
+                                model_config.max_positions, rerun)  # fmt: skip
+        check_cost(cost, "send fewer sentences or shorter prefixes, or a smaller beam, nbest, "
+                   "max_len or min_len")  # fmt: skip
 
     @app.post("/translate", response_model=TranslateResponse, **protected,
               responses=statuses(*keyed, 400, 408, 413, 422, 429, 500, 503, 504))  # fmt: skip
@@ -154,7 +158,7 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
         _check_prefixes(body.prefix, len(sentences), engine, model_config.max_positions)
         same = {name: getattr(body, name) for name in _SAME_NAMES}
         decode = _search(default, body.beam, body.nbest, body.max_len, body.sampling, **same)
-        check_cost(sentences, decode)
+        check_search(sentences, body.prefix, decode)
         batched = await answer(lambda: batcher.translate(sentences, decode, body.prefix), request)
         truncated = set(batched.result.truncated)
         translations = [
@@ -182,6 +186,9 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
         if len(body.targets) != len(body.sources):
             raise ApiError(422, "invalid_request", f"targets: {len(body.targets)} targets for "
                            f"{len(body.sources)} sources; give one per source")  # fmt: skip
+        cost = scoring_cost(engine.tokenizers, body.sources, body.targets,
+                            model_config.max_positions)  # fmt: skip
+        check_cost(cost, "send fewer or shorter pairs")
         decode = default
         if body.length_penalty is not None:
             decode = replace(default, length_penalty=body.length_penalty)
@@ -209,7 +216,7 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
         decode = _search(default, body.beam, 1, body.max_len, False)
         prefix = body.prefix
         _check_prefixes(None if prefix is None else [prefix], 1, engine, model_config.max_positions)
-        check_cost([body.sentence], decode)
+        check_search([body.sentence], None if prefix is None else [prefix], decode, rerun=1)
 
         def inspect() -> dict:
             with torch.inference_mode(), engine.precision():
@@ -236,7 +243,7 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
                            f"engine; this server runs {engine.name} (--engine torch)")  # fmt: skip
         request.state.log = _log_fields([body.sentence], config.log_text)
         decode = _search(default, body.beam, 1, body.max_len, False)
-        check_cost([body.sentence], decode)
+        check_search([body.sentence], None, decode, rerun=1)
 
         def trace() -> dict:
             return engine_view(engine, body.sentence, decode)
@@ -276,22 +283,6 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
     app.mount("/page", StaticFiles(directory=PAGE), name="page")
     app.mount("/steps", StaticFiles(directory=STEP_PAGE), name="steps")
     return app
-
-
-def decoding_cost(
-    sentences: list[str], decode: DecodeConfig, engine: Engine, model: ModelConfig
-) -> tuple[int, int, int]:
-    """(output tokens the sentences may reach in all, the most one may reach, hypotheses kept
-    per step): the search's own limit per sentence, floor(a · source length + b) capped at
-    max_positions - 1 (``search.output_length_limits``; ``max_len`` sets a = 0, b = max_len),
-    the source counting its pieces and EOS, cut to max_positions as ``translate_with`` cuts it.
-    Empty sentences cost nothing."""
-    a, b, top = decode.max_len_a, decode.max_len_b, model.max_positions - 1
-    encode = engine.tokenizers.src.encode
-    lengths = [min(len(encode(s)) + 1, model.max_positions) for s in sentences if s.strip()]
-    limits = [max(0, min(math.floor(a * n + b), top)) for n in lengths]
-    hypotheses = decode.nbest if decode.sampling else decode.beam_size
-    return sum(limits), max(limits, default=0), hypotheses
 
 
 async def _client_left(request: Request) -> None:

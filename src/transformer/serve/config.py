@@ -11,7 +11,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from ..config.checks import check_finite, check_positive, check_types
+from ..config.checks import check_finite, check_positive, check_types, range_of
+from ..config.decode import DecodeConfig
 from ..errors import BadValue
 
 API_KEY_ENV = "TRANSFORMER_API_KEY"
@@ -40,8 +41,9 @@ class ServeConfig:
     timeout: float = 30.0
     """Seconds a request may wait for its translations; longer: 504."""
     max_cost: int = 65_536
-    """Largest decoding work of one request: output tokens it may ask for, summed over its
-    sentences, times beam (or samples); more: 422."""
+    """Largest work of one request: the tokens it may make the model process, summed over its
+    sentences (source, and the output-length limit + 1, raised to min_len and the prefix, times
+    the beam or the samples; inference/cost.py); more: 422."""
     body_timeout: float = 10.0
     """Seconds a request's body may take to arrive once its headers have; longer: 408."""
     idle_timeout: float = 5.0
@@ -59,6 +61,12 @@ class ServeConfig:
         check_finite(self)
         check_positive(self, "max_body_bytes", "max_sentences", "max_chars", "max_beam",
                        "max_queue", "batch_tokens", "max_cost")  # fmt: skip
+        # The search settings these limits feed must exist: DecodeConfig's ranges.
+        for name, decode_name in (("max_beam", "beam_size"), ("batch_tokens", "max_source_tokens")):
+            allowed = range_of(DecodeConfig, decode_name)
+            if getattr(self, name) not in allowed:
+                raise BadValue(f"ServeConfig.{name} must be in {allowed} (DecodeConfig."
+                               f"{decode_name}), got {getattr(self, name)!r}")  # fmt: skip
         if not self.host.strip():
             raise BadValue("ServeConfig.host must be an address, got an empty string")
         if not 0 <= self.port <= 65535:

@@ -3,6 +3,8 @@ them into the OpenAPI schema served at ``/openapi.json``.
 
 The request models are made per server (``request_models``), so that the schema states the
 server's own limits (``maxItems``, ``maxLength``, ``maximum``) and a client can read them there.
+A search option's bounds are ``DecodeConfig``'s own ranges (``decoding``), narrowed where the
+server allows less (``max_beam``, the model's positions): one definition for every surface.
 Requests are strict: a number given as a string, or an unknown field, is an error naming it.
 (No ``from __future__ import annotations`` here: pydantic reads these annotations at run time.)
 """
@@ -11,6 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..config import DecodeConfig
+from ..config.checks import range_of
 from .config import ServeConfig
 
 STRICT = ConfigDict(strict=True, extra="forbid")
@@ -114,6 +118,15 @@ class InfoResponse(BaseModel):
     limits: dict[str, int | float] = Field(description="the request limits of this server")
 
 
+def decoding(name: str, high: float | None = None) -> dict[str, float]:
+    """The schema bounds of DecodeConfig field ``name`` (its range, as ``Field`` keywords), with
+    its maximum lowered to ``high`` where the server allows less."""
+    bounds = range_of(DecodeConfig, name).schema()
+    if high is not None:
+        bounds["le"] = min(bounds["le"], high)
+    return bounds
+
+
 def request_models(config: ServeConfig, max_positions: int) -> tuple[type, type, type, type]:
     """(TranslateRequest, AttentionRequest, ScoreRequest, StepThroughRequest) with this server's
     limits in their schema."""
@@ -121,16 +134,18 @@ def request_models(config: ServeConfig, max_positions: int) -> tuple[type, type,
     many = {"min_length": 1, "max_length": config.max_sentences}  # sentences per request
 
     def beam_field() -> Any:
-        return Field(None, ge=1, le=config.max_beam, description="beam size; 1: greedy search")
+        return Field(None, **decoding("beam_size", config.max_beam),
+                     description="beam size; 1: greedy search")  # fmt: skip
 
     def max_len_field() -> Any:
-        return Field(None, ge=1, le=max_positions - 1, description="at most this many tokens out")
+        bounds = decoding("max_len_b", max_positions - 1) | {"ge": 1}
+        return Field(None, **bounds, description="at most this many tokens out")
 
     class TranslateRequest(BaseModel):
         model_config = STRICT
         sentences: list[sentence] = Field(**many, description="one or more sentences")
         beam: int | None = beam_field()
-        nbest: int | None = Field(None, ge=1, le=config.max_beam,
+        nbest: int | None = Field(None, **decoding("nbest", config.max_beam),
                                   description="translations returned per sentence")  # fmt: skip
         max_len: int | None = max_len_field()
         sampling: bool | None = Field(None, description="sample instead of searching")
@@ -141,24 +156,25 @@ def request_models(config: ServeConfig, max_positions: int) -> tuple[type, type,
         )  # fmt: skip
         top_p: float | None = Field(
             None,
-            gt=0,
-            le=1,
+            **decoding("top_p"),
             allow_inf_nan=False,
             description=(
                 "sampling: only the fewest most likely tokens whose probability reaches p; 1: all"
             ),
         )
-        min_len: int | None = Field(None, ge=0, le=max_positions - 1,
+        min_len: int | None = Field(None, **decoding("min_len", max_positions - 1),
                                     description="no end before this many tokens")  # fmt: skip
         no_repeat_ngram: int | None = Field(
             None,
-            ge=0,
-            le=max_positions,
+            **decoding("no_repeat_ngram", max_positions),
             description=("no n-gram of target pieces twice in a translation; 0: off"),
         )
-        repetition_penalty: float | None = Field(None, ge=0.01, le=100, allow_inf_nan=False,
-            description="tokens already produced have their logit divided by this (CTRL); "
-            "1: off")  # fmt: skip
+        repetition_penalty: float | None = Field(
+            None,
+            **decoding("repetition_penalty"),
+            allow_inf_nan=False,
+            description="tokens already produced have their logit divided by this (CTRL); 1: off",
+        )
         alignment: bool | None = Field(None, description="also return word alignments")
 
     class AttentionRequest(BaseModel):
@@ -174,7 +190,8 @@ def request_models(config: ServeConfig, max_positions: int) -> tuple[type, type,
         model_config = STRICT
         sources: list[sentence] = Field(**many, description="source sentences")
         targets: list[sentence] = Field(**many, description="their translations, in order")
-        length_penalty: float | None = Field(None, ge=0, le=10, allow_inf_nan=False,
+        length_penalty: float | None = Field(None, **decoding("length_penalty"),
+                                             allow_inf_nan=False,
                                              description="GNMT α for `score`")  # fmt: skip
 
     class StepThroughRequest(BaseModel):

@@ -1,0 +1,107 @@
+"""How much work a request may make the model do: the one count behind the server's budget.
+
+A search runs the encoder over each source, then the decoder one step at a time: at most L + 1
+steps for a sentence whose output may reach L tokens (the last step forces EOS), each over the
+sentence's rows: its beam (K), the samples drawn (n, each with its own copy of the source), or 1
+for greedy search. L is the searches' own limit (``search.length_limits``, the function whose
+value ends their loops): floor(a · source + b), raised to ``min_len`` and to the prefix's
+length, capped at the model's positions - 1. A forced prefix goes through the decoder as the
+first steps of the output, so every row counts it. Word alignments re-run the model once over
+every returned hypothesis (``alignment.py``); /attention and the step-through view re-run it
+over the one translation they show.
+
+    cost = Σ over non-empty sentences of
+           encoder rows · source + rows · (L + 1) + re-run · (source + L + 1)
+
+in tokens the model processes (encoder positions plus decoder positions). A search can only do
+less: a sentence leaves the batch when its hypotheses end, and beam search decodes its first
+step once per sentence, not K times. Scoring (teacher-forced, ``score.py``) processes each
+source and each target + EOS once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..config import DecodeConfig
+from ..data.batching import encode_source
+from ..data.tokenizer import Tokenizers
+from .search import length_limits
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one request may make the model process."""
+
+    tokens: int  # encoder and decoder positions, in all
+    sentences: int  # those that are decoded (an empty one is not)
+    longest: int  # the most output tokens one sentence may reach
+    rows: int  # hypotheses decoded side by side per sentence
+
+    def __str__(self) -> str:
+        return (
+            f"{self.tokens:,} tokens ({self.sentences:,} sentences of up to {self.longest} "
+            f"output tokens x {self.rows} hypotheses, sources and prefixes included)"
+        )
+
+
+def search_cost(
+    source_lengths: list[int],
+    prefix_lengths: list[int] | None,
+    decode: DecodeConfig,
+    max_positions: int,
+    rerun: int = 0,
+) -> Cost:
+    """The most tokens a search of these sentences can make the model process (see above).
+
+    Args:
+        source_lengths: each sentence's source ids, pieces + EOS, as the encoder reads them.
+        prefix_lengths: each sentence's forced target prefix, in pieces (None: no prefixes).
+        decode: the search (rows, length limit, alignments).
+        rerun: hypotheses per sentence the caller re-runs the model over (an attention view: 1);
+            with ``decode.alignment``, at least ``nbest``.
+    """
+    if not source_lengths:
+        return Cost(0, 0, 0, decode.rows)
+    prefixes = prefix_lengths or [0] * len(source_lengths)
+    room = torch.tensor([max(decode.min_len, p) for p in prefixes])  # (B,)
+    src = torch.tensor(source_lengths)  # (B,)
+    limits = length_limits(src, decode.max_len_a, decode.max_len_b, max_positions, room)  # (B,)
+    encoder_rows = decode.nbest if decode.sampling else 1  # sampling repeats the source
+    rerun = max(rerun, decode.nbest if decode.alignment else 0)
+    steps = limits + 1  # (B,) the last one forces EOS
+    per_sentence = encoder_rows * src + decode.rows * steps + rerun * (src + steps)  # (B,)
+    return Cost(int(per_sentence.sum()), len(source_lengths), int(limits.max()), decode.rows)
+
+
+def translation_cost(
+    tokenizers: Tokenizers,
+    sentences: list[str],
+    prefixes: list[str] | None,
+    decode: DecodeConfig,
+    max_positions: int,
+    rerun: int = 0,
+) -> Cost:
+    """``search_cost`` of sentences and prefixes as text, prepared as ``translate_with``
+    prepares them: empty sentences are not decoded, a source is cut to ``max_positions``, an
+    empty prefix is none."""
+    sources, forced = [], []
+    for i, sentence in enumerate(sentences):
+        if not sentence.strip():
+            continue
+        sources.append(min(len(encode_source(tokenizers.src.encode(sentence))), max_positions))
+        prefix = prefixes[i] if prefixes else ""
+        forced.append(len(tokenizers.tgt.encode(prefix)) if prefix.strip() else 0)
+    return search_cost(sources, forced, decode, max_positions, rerun)
+
+
+def scoring_cost(
+    tokenizers: Tokenizers, sources: list[str], targets: list[str], max_positions: int
+) -> Cost:
+    """The tokens scoring these pairs makes the model process: each source (cut to
+    ``max_positions``) and each target + EOS, once."""
+    src = [min(len(encode_source(tokenizers.src.encode(s))), max_positions) for s in sources]
+    tgt = [len(tokenizers.tgt.encode(t)) + 1 for t in targets]
+    return Cost(sum(src) + sum(tgt), len(sources), max(tgt, default=0), 1)

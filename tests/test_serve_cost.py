@@ -1,0 +1,143 @@
+"""The server's budget (``serve.max_cost``) counts at least what a request really makes the model
+process, on the worst case of each option: many sentences, a wide beam, n-best (which widens
+the beam), sampling, ``max_len``, ``min_len`` above the length limit, long prefixes, word
+alignments, /attention, /step-through and /score. A request the budget admits never makes the
+model process more than its count, and one token less of budget refuses it, naming the count.
+
+The work is measured, not timed: a hook on the encoder and decoder stacks counts every position
+they process (rows × positions, in every search step and every teacher-forced pass), so the
+test is as stable on a busy machine as on a quiet one.
+"""
+
+from dataclasses import replace
+
+import pytest
+
+from transformer.inference.cost import scoring_cost, translation_cost
+
+from helpers import assert_error, client_for
+
+pytest.importorskip("fastapi")
+pytestmark = pytest.mark.slow  # the tests' trained model, and 64-sentence searches at beam 16
+
+MANY = 64  # serve.max_sentences' default
+
+
+class Meter:
+    """Counts the positions the model's encoder and decoder stacks process."""
+
+    def __init__(self, model) -> None:
+        self.tokens = 0
+        self.hooks = [stack.register_forward_pre_hook(self._count)
+                      for stack in (model.encoder, model.decoder)]  # fmt: skip
+
+    def _count(self, module, args) -> None:
+        x = args[0]  # (rows, positions, D)
+        self.tokens += x.size(0) * x.size(1)
+
+    def close(self) -> None:
+        for hook in self.hooks:
+            hook.remove()
+
+
+@pytest.fixture(scope="module")
+def engine(torch_engine):
+    """The tests' model (48 positions: outputs of up to 47 tokens) with a default length limit
+    of the source's length (max_len_b 0), so that min_len and prefixes can go far beyond it."""
+    return replace(torch_engine, decode=replace(torch_engine.decode, max_len_b=0))
+
+
+@pytest.fixture(scope="module")
+def long_prefix(engine) -> str:
+    """The longest run of "cent" the model's outputs can hold (at most 47 pieces)."""
+    encode, words = engine.tokenizers.tgt.encode, ["cent"]
+    while len(encode(" ".join([*words, "cent"]))) <= 47:
+        words.append("cent")
+    assert len(encode(" ".join(words))) >= 40
+    return " ".join(words)
+
+
+def decode_of(engine, body: dict):
+    """The DecodeConfig the server makes of a /translate body's search options."""
+    search = {"beam_size": body.get("beam", engine.decode.beam_size), "nbest": body.get("nbest", 1)}
+    if "nbest" in body and "beam" not in body:
+        search["beam_size"] = max(search["nbest"], engine.decode.beam_size)
+    if "max_len" in body:
+        search |= {"max_len_a": 0.0, "max_len_b": body["max_len"]}
+    for name in ("sampling", "min_len", "alignment"):
+        if name in body:
+            search[name] = body[name]
+    return replace(engine.decode, **search)
+
+
+def served_within_its_count(engine, path: str, body: dict, counted: int) -> int:
+    """Serves ``body`` with a budget of exactly ``counted`` (admitted: the work is measured) and
+    of one less (refused, naming both); returns the work measured."""
+    with client_for(engine, max_cost=counted - 1) as client:
+        over = client.post(path, json=body)
+    assert_error(over, 422, "over_budget", f"{counted:,} tokens", f"{counted - 1:,}",
+                 "serve.max_cost")  # fmt: skip
+    meter = Meter(engine.model)
+    try:
+        with client_for(engine, max_cost=counted) as client:
+            response = client.post(path, json=body)
+    finally:
+        meter.close()
+    assert response.status_code == 200, response.text
+    assert 0 < meter.tokens <= counted, (path, body, meter.tokens, counted)
+    return meter.tokens
+
+
+WORST = {  # each option at its worst, with outputs forced to their limit (min_len) where it can
+    "sentences": {"beam": 16, "max_len": 47, "min_len": 47},
+    "min_len": {"beam": 16, "min_len": 47},  # the default limit is 2 tokens here
+    "prefix": {"beam": 16, "max_len": 1},  # with a 47-piece prefix per sentence
+    "nbest": {"nbest": 16, "min_len": 47},  # the beam widens to 16
+    "sampling": {"sampling": True, "nbest": 16, "min_len": 47},
+    "alignment": {"beam": 16, "nbest": 16, "alignment": True, "min_len": 47},
+    "max_len": {"beam": 16, "max_len": 47},  # not forced: beam search may stop earlier
+    "long source": {"beam": 16, "min_len": 47},  # with sources cut to the model's 48 positions
+}
+
+
+@pytest.mark.parametrize("case", list(WORST))
+def test_translate_costs_at_least_what_it_makes_the_model_process(engine, long_prefix, case):
+    options = WORST[case]
+    sentence = " ".join(["nine hundred ninety nine"] * 20) if case == "long source" else "one"
+    body = {"sentences": [sentence] * MANY, **options}
+    if case == "prefix":
+        body["prefix"] = [long_prefix] * MANY
+    decode = decode_of(engine, body)
+    cost = translation_cost(engine.tokenizers, body["sentences"], body.get("prefix"), decode,
+                            engine.model.config.max_positions)  # fmt: skip
+    assert cost.longest == 47 or case == "prefix" and cost.longest >= 40
+    measured = served_within_its_count(engine, "/translate", body, cost.tokens)
+    if case != "max_len":  # forced to the limit: the count is tight, not a loose bound
+        assert measured >= 0.95 * cost.tokens, (measured, cost.tokens)
+
+
+def test_attention_step_through_and_score_cost_at_least_their_work(engine, long_prefix):
+    positions = engine.model.config.max_positions
+    body = {"sentence": "one", "beam": 16, "prefix": long_prefix}
+    decode = replace(engine.decode, beam_size=16)
+    cost = translation_cost(engine.tokenizers, ["one"], [long_prefix], decode, positions, rerun=1)
+    measured = served_within_its_count(engine, "/attention", body, cost.tokens)
+    assert measured >= 0.95 * cost.tokens
+    body = {"sentence": "one", "beam": 16, "max_len": 47}
+    decode = replace(decode, max_len_a=0.0, max_len_b=47)
+    cost = translation_cost(engine.tokenizers, ["one"], None, decode, positions, rerun=1)
+    served_within_its_count(engine, "/step-through", body, cost.tokens)
+    pairs = {"sources": ["nine hundred ninety nine"] * MANY, "targets": [long_prefix] * MANY}
+    cost = scoring_cost(engine.tokenizers, pairs["sources"], pairs["targets"], positions)
+    assert served_within_its_count(engine, "/score", pairs, cost.tokens) == cost.tokens
+
+
+def test_the_requests_that_once_outran_the_budget_are_counted_in_full(engine, long_prefix):
+    # min_len far above the default limit, and prefixes far longer than max_len: counted by the
+    # limit they raise the search to, the model's positions here (47 tokens + EOS, x 16 beams)
+    for body in ({"sentences": ["one"] * MANY, "beam": 16, "min_len": 47},
+                 {"sentences": ["one"] * MANY, "beam": 16, "max_len": 1,
+                  "prefix": [long_prefix] * MANY}):  # fmt: skip
+        with client_for(engine, max_cost=MANY * 16 * 40) as client:
+            refused = client.post("/translate", json=body)
+        assert_error(refused, 422, "over_budget", f"{MANY:,} sentences", "x 16 hypotheses")
