@@ -333,17 +333,6 @@ def test_a_broken_pipe_exits_quietly(run):
 
 
 # ---------------------------------------------------------------------- smaller points
-def test_leftovers_of_an_interrupted_prune_are_cleaned_on_the_next_start(run):
-    (run / "checkpoints" / "step_00000005").mkdir()  # half-deleted by an older version
-    (run / "checkpoints" / ".trash-step_00000001").mkdir()
-    result = cli("train", "--out", str(run), "--resume", "--quiet", "--max_steps", "21")
-    assert result.code == 0, result.stderr
-    assert "step_00000005" in result.stderr[0] and ".trash-step_00000001" in result.stderr[0]
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
-        "index.json", STEP_10, STEP_20, "step_00000021"
-    ]  # fmt: skip
-
-
 def test_dropped_pairs_and_a_capped_vocabulary_are_reported(tmp_path):
     args = ["train", "--out", str(tmp_path / "run"), "--quiet", *TINY, "--max_steps", "1",
             "--vocab_size", "5000", "--max_len", "6"]  # fmt: skip

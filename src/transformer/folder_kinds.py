@@ -22,9 +22,6 @@ from .reading import read_json
 
 KINDS = ("run", "export", "import", "report")  # the project folders that carry a marker
 WHOLE = ("export", "import", "report")  # the kinds a command replaces whole
-_RUN_FOLDERS = ("checkpoints", "tokenizer")
-# A report made before reports had a kind marker: its page and its numbers.
-_OLDER_REPORT = ("report.md", "compare.json")
 
 
 def marker_name(kind: str) -> str:
@@ -34,22 +31,13 @@ def marker_name(kind: str) -> str:
 
 def folder_kind(path: str | Path) -> str | None:
     """What project folder ``path`` is: "run", "export", "import" or "report" (its marker), else
-    None.
-
-    Folders made before markers existed are recognised by their layout: a run by ``config.json``
-    beside ``checkpoints/`` or ``tokenizer/`` (an export, which has both too, has always had a
-    marker), a report by its ``report.md`` beside ``compare.json``.
-    """
+    None."""
     path = Path(path)
     if not path.is_dir():
         return None
     for kind in KINDS:
         if (path / marker_name(kind)).is_file():
             return kind
-    if (path / "config.json").is_file() and any((path / d).is_dir() for d in _RUN_FOLDERS):
-        return "run"
-    if all((path / name).is_file() for name in _OLDER_REPORT):
-        return "report"
     return None
 
 
@@ -79,13 +67,13 @@ def describe_folder(folder: Path, kind: str) -> str:
     return f"the {kind} {folder}" + (f" ({marker.name})" if marker.is_file() else "")
 
 
-def made_entries(folder: Path, kind: str, made_before: frozenset[str]) -> set[str]:
-    """The entries of ``folder`` that its command made: those its marker lists, or for a folder
-    whose marker lists none (made by an older version), ``made_before``."""
+def made_entries(folder: Path, kind: str) -> set[str]:
+    """The entries of ``folder`` that its command made: those its marker lists (none for a
+    damaged marker)."""
     try:
         files = read_json(folder / marker_name(kind)).get("files")
     except UserError:  # a damaged marker lists nothing
         files = None
     if isinstance(files, list) and all(isinstance(name, str) for name in files):
         return set(files)
-    return set(made_before)
+    return set()

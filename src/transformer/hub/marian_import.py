@@ -61,8 +61,6 @@ HUB_HINT = "pip install 'transformer[hub]' (or pip install huggingface_hub)"
 HUB_NAME = re.compile(r"[\w.-]+/[\w.-]+")
 # What snapshot_download fetches: never the TensorFlow, Flax or Rust copies of the weights.
 HUB_FILES = ["*.json", "*.spm", "model.safetensors"]
-# What an import made before its marker listed its entries.
-MADE_BEFORE = frozenset({CONFIG, "tokenizer", CHECKPOINTS, MARKER})
 MAX_BEAMS = 1024  # the widest default beam an import takes from generation_config.json
 
 
@@ -94,7 +92,7 @@ def import_marian(source: str, out: str | Path, **decode: object) -> ImportInfo:
         decode: DecodeConfig fields saved as the imported model's default search.
     """
     out = Path(out)
-    check_replaceable(out, "import", "OUT", {}, MADE_BEFORE)
+    check_replaceable(out, "import", "OUT", {})
     folder = local_folder(source)
     marian = read_marian(folder)
     model, tokenizers = marian.model, marian.tokenizers
@@ -109,7 +107,7 @@ def import_marian(source: str, out: str | Path, **decode: object) -> ImportInfo:
     data = DataConfig(corpus=None, src_lang=src_lang, tgt_lang=tgt_lang,
                       joint_vocab=model.model.share_embeddings)  # fmt: skip
     config = RunConfig(model=model.model, data=data, decode=search)
-    with replace_folder(out, "import", "OUT", {}, MADE_BEFORE) as staging:
+    with replace_folder(out, "import", "OUT", {}) as staging:
         tokenizers.save(staging)
         checkpoint = staging / CHECKPOINTS / CHECKPOINT
         checkpoint.mkdir(parents=True)

@@ -18,7 +18,6 @@ from ..model_dir import (
     TRAINER,
     WEIGHTS,
     index_pointers,
-    is_complete,
     read_index,
     read_weights,
     step_checkpoints,
@@ -32,8 +31,8 @@ def prune_checkpoints(checkpoints: Path, keep: int) -> None:
     """Deletes the oldest ``step_*`` folders beyond ``keep``, never the ones index.json names.
 
     A folder is renamed to a hidden ``.NAME.transformer-trash-PID`` before it is deleted, so an
-    interruption never leaves a half-deleted ``step_*`` folder; ``clean_checkpoints`` removes
-    any such leftovers.
+    interruption never leaves a half-deleted ``step_*`` folder; what an interrupted prune left
+    aside is removed (``temporaries.clean_leftovers``).
     """
     index = read_index(checkpoints)
     protected = {v for v in index.values() if isinstance(v, str)}
@@ -41,21 +40,7 @@ def prune_checkpoints(checkpoints: Path, keep: int) -> None:
     for old in steps[: max(len(steps) - keep, 0)]:
         if old.name not in protected:
             remove_tree(old, owner=checkpoints)
-    clean_checkpoints(checkpoints)
-
-
-def clean_checkpoints(checkpoints: Path) -> list[str]:
-    """Finishes what an interrupted save or prune left behind (the caller holds the run's
-    lock); returns a line for each thing it removed or put back."""
-    said = clean_leftovers(checkpoints)
-    # Older versions named their temporaries .tmp-NAME and .trash-NAME, and a step folder without
-    # its files can only come from a prune that an older version interrupted (it deleted in place).
-    leftovers = [*checkpoints.glob(".tmp-*"), *checkpoints.glob(".trash-*")]
-    leftovers += [p for p in checkpoints.glob("step_*") if p.is_dir() and not is_complete(p)]
-    for path in leftovers:
-        remove_tree(path, owner=checkpoints)
-        said.append(f"removed {path.name}")
-    return said
+    clean_leftovers(checkpoints)
 
 
 def load_trainer_state(folder: Path) -> dict:

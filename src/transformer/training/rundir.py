@@ -35,7 +35,6 @@ from ..folder_kinds import folder_kind, marker_name
 from ..model_dir import CHECKPOINTS, CONFIG, step_checkpoints
 from ..reading import read_json
 from ..temporaries import clean_leftovers, fsync_dir
-from .checkpoint import clean_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +101,7 @@ class RunDir:
         move(scratch, self.data, owner=self.root)
 
     def has_run(self) -> bool:
-        """Whether this folder is a training run (its marker, or the layout of an older run)."""
+        """Whether this folder is a training run (its marker)."""
         return folder_kind(self.root) == "run"
 
     def has_checkpoint(self) -> bool:
@@ -230,7 +229,7 @@ class RunDir:
         for line in clean_leftovers(self.root):  # of this folder's own files
             log.warning(line)
         if self.checkpoints.exists():
-            said = clean_checkpoints(self.checkpoints)
+            said = clean_leftovers(self.checkpoints)
             if said:
                 log.warning(f"finished what an interrupted save or prune left in "
                             f"{self.checkpoints}: {'; '.join(said)}")  # fmt: skip
