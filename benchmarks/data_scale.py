@@ -80,8 +80,8 @@ def child(en: Path, fr: Path, out: Path) -> dict:
     import transformer
     from transformer.cli import config_from_args
     from transformer.data.batching import collate, make_batches
+    from transformer.model_dir.runs import RunDir
     from transformer.training import prepare as prep
-    from transformer.training.rundir import RunDir
 
     torch.set_num_threads(1)
     tree = Path(os.environ["PYTHONPATH"]).resolve()

@@ -18,7 +18,7 @@ from transformer.config import RuntimeConfig, build_config
 from transformer.device import autocast, resolve_device, rng_state, set_rng_state
 from transformer.errors import BadValue
 from transformer.inference.engine import load_torch_engine
-from transformer.model_dir import load_checkpoint
+from transformer.model_dir.checkpoints import load_checkpoint
 from transformer.training.chunked_loss import TrainingLoss
 from transformer.training.loop import train
 from transformer.vocab import PAD_ID

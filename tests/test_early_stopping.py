@@ -9,8 +9,8 @@ import pytest
 from transformer.cli import config_from_args
 from transformer.config import TrainConfig
 from transformer.errors import BadValue
+from transformer.model_dir.runs import read_metrics
 from transformer.training.loop import train
-from transformer.training.metrics import read_metrics
 
 from helpers import TINY_NUMBERS
 

@@ -26,7 +26,8 @@ from transformer.data.tokenizer import Tokenizers
 from transformer.hub.marian_weights import halves_permutation, to_halves
 from transformer.inference.engine import load_torch_engine
 from transformer.model import Transformer
-from transformer.model_dir import model_state, save_checkpoint, update_index
+from transformer.model_dir.checkpoints import save_checkpoint, update_index
+from transformer.model_dir.weights import model_state
 from transformer.training.loop import train
 from transformer.vocab import UNK_ID
 

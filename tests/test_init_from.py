@@ -23,7 +23,7 @@ from transformer.config import TrainConfig
 from transformer.data.batching import encode_source, pad
 from transformer.data.tokenizer import Tokenizers
 from transformer.hub import import_marian
-from transformer.model_dir import load_checkpoint
+from transformer.model_dir.checkpoints import load_checkpoint
 from transformer.training.loop import train
 from transformer.training.schedule import learning_rate
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID

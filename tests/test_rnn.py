@@ -24,7 +24,7 @@ from transformer.model import (
     padding_mask,
 )
 from transformer.model.rnn_encoder import final_states
-from transformer.model_dir import update_index
+from transformer.model_dir.checkpoints import update_index
 from transformer.training.loop import train
 from transformer.training.loss import label_smoothed_nll
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID

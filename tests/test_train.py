@@ -18,10 +18,10 @@ from transformer.config import DecodeConfig
 from transformer.data.tokenizer import Tokenizers
 from transformer.errors import UserError
 from transformer.inference.translate import translate
-from transformer.model_dir import load_checkpoint, read_index
+from transformer.model_dir.checkpoints import load_checkpoint, read_index
+from transformer.model_dir.runs import read_metrics
 from transformer.training import loop as train_module
 from transformer.training.loop import train
-from transformer.training.metrics import read_metrics
 
 from helpers import weights
 

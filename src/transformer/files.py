@@ -7,7 +7,7 @@ One rule, checked before anything is read (``check_output`` for a file or a fold
 - what is there already must be a regular file (a folder, for a folder): never a device, a FIFO,
   a socket; a link to a regular file is written through, so the link stays a link;
 - it is not one of the command's inputs, nor inside a folder the command reads, nor inside any
-  project folder (a run, an export, an import, a report or a checkpoint: ``folder_kinds.py``),
+  project folder (a run, an export, an import, a report or a checkpoint: ``model_dir/layout.py``),
   unless the write names that folder as its ``owner``: only the command that made a project
   folder writes into it;
 - a folder is replaced whole only if it is of the command's kind and its marker lists every
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO
 
 from .errors import UserError
-from .folder_kinds import (
+from .model_dir.layout import (
     KINDS,
     WHOLE,
     describe_folder,
@@ -253,7 +253,7 @@ def mark_folder(path: str | Path, kind: str, **info: object) -> Path:
     """Writes the marker that makes ``path`` a project folder of ``kind`` (atomically).
 
     For a kind replaced whole (export, import, report) the marker lists every entry in ``path``
-    as ``files``: write it last. A run's marker is written first (training/rundir.py).
+    as ``files``: write it last. A run's marker is written first (``model_dir/runs.py``).
 
     Args:
         kind: run, export, import or report.

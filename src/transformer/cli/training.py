@@ -23,7 +23,7 @@ def _info_options(p: ArgumentParser) -> None:
 def _info(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..export.folder import is_export, read_export
     from ..inspect.info import describe
-    from ..model_dir import read_config, resolve_checkpoint
+    from ..model_dir.checkpoints import read_config, resolve_checkpoint
 
     if ns.model_dir is None:
         print(describe(load_config(None, given).model))
@@ -73,7 +73,7 @@ def run_config(ns: argparse.Namespace, given: dict[str, dict]) -> tuple[RunConfi
     """The run's config (--config, or the saved one on --resume, with the options on top) and
     its model directory."""
     from ..files import check_replaceable
-    from ..training.rundir import RunDir
+    from ..model_dir.runs import RunDir
 
     data = given.get("data", {})
     if "src" in data and "corpus" not in data:
@@ -126,7 +126,7 @@ def _average_options(p: ArgumentParser) -> None:
 
 
 def _average(ns: argparse.Namespace, given: dict[str, dict]) -> None:
-    from ..training.average import average_last
+    from ..model_dir.checkpoints import average_last
 
     folder = average_last(Path(ns.model_dir), ns.last)
     print(f"averaged the last {ns.last} checkpoints into {folder}")

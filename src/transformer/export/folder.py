@@ -28,9 +28,9 @@ from ..config import RunConfig, build_config
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..files import check_replaceable, mark_folder, replace_folder
-from ..folder_kinds import folder_kind, marker_name
 from ..model.transformer import Transformer
-from ..model_dir import load_checkpoint, model_dir_of
+from ..model_dir.checkpoints import load_checkpoint
+from ..model_dir.layout import folder_kind, marker_name, model_dir_of
 from ..reading import in_range, read_json, typed
 from .spec import check_expressible, import_ctranslate2, transformer_spec
 

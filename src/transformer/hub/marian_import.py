@@ -36,18 +36,12 @@ from ..data.tokenizer import Tokenizers
 from ..data.vocab_tokenizer import VocabTokenizer
 from ..errors import BadValue, UserError
 from ..files import check_replaceable, mark_folder, replace_folder, write_json_atomic
-from ..folder_kinds import marker_name
 from ..model.build import check_memory
 from ..model.embeddings import sinusoidal_table
 from ..model.transformer import Transformer
-from ..model_dir import (
-    CHECKPOINTS,
-    CONFIG,
-    WEIGHTS,
-    check_weights_finite,
-    model_state,
-    update_index,
-)
+from ..model_dir.checkpoints import update_index
+from ..model_dir.layout import CHECKPOINTS, CONFIG, WEIGHTS, marker_name, step_name
+from ..model_dir.weights import check_weights_finite, model_state
 from ..reading import in_range, read_bytes, read_json, typed
 from .marian_config import MarianModel, model_config
 from .marian_vocab import Rows, ours_from_marian, read_vocab
@@ -56,7 +50,7 @@ from .tensor_files import WeightFile, write_safetensors
 
 MARKER = marker_name("import")  # transformer-import.json
 FORMAT = "transformer/marian-import"
-CHECKPOINT = "step_00000000"
+CHECKPOINT = step_name(0)
 HUB_HINT = "pip install 'transformer[hub]' (or pip install huggingface_hub)"
 HUB_NAME = re.compile(r"[\w.-]+/[\w.-]+")
 # What snapshot_download fetches: never the TensorFlow, Flax or Rust copies of the weights.

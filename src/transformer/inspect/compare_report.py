@@ -32,7 +32,7 @@ from ..files import (
     write_json_atomic,
     write_text,
 )
-from ..folder_kinds import marker_name
+from ..model_dir.layout import marker_name
 from .compare import Comparison
 from .visualize import figure_bytes
 

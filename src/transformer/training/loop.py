@@ -37,14 +37,17 @@ from ..device import autocast, grad_scaler, prepare_runtime, resolve_precision
 from ..errors import Interrupted, LostContact
 from ..files import check_replaceable, remove_tree
 from ..model.build import build_model
-from ..model_dir import (
-    WEIGHTS,
-    load_weights,
+from ..model_dir.checkpoints import (
+    load_trainer_state,
+    prune_checkpoints,
     resolve_checkpoint,
+    resume_point,
     save_checkpoint,
     update_index,
 )
-from .checkpoint import load_trainer_state, prune_checkpoints, resume_point
+from ..model_dir.layout import WEIGHTS, step_name
+from ..model_dir.runs import Destination, RunDir
+from ..model_dir.weights import load_weights
 from .chunked_loss import TrainingLoss
 from .distributed import World, finish, init, shard, world_from_env
 from .divergence import Divergence
@@ -52,7 +55,6 @@ from .loss import impossible_tokens
 from .metrics import Meter, MetricsLog, NoLog
 from .optimizer import clip_gradients, make_optimizer
 from .prepare import Prepared, prepare, save
-from .rundir import Destination, RunDir
 from .schedule import learning_rate, set_learning_rate
 from .signals import StopRequests
 from .state import TrainerState, selection_score
@@ -97,8 +99,8 @@ def train(
     overwrite: bool = False,
     progress: bool = True,
 ) -> TrainResult:
-    """Trains a model into ``out_dir`` (see rundir.py for its layout), in this process or, when
-    started by torchrun, in several (distributed.py).
+    """Trains a model into ``out_dir`` (a run's folder: ``model_dir/runs.py``), in this process
+    or, when started by torchrun, in several (distributed.py).
 
     Nothing the user has is lost: ``out_dir`` is locked against a second training, everything
     is validated before anything is written, and ``overwrite`` keeps the old run until the new
@@ -213,7 +215,7 @@ def run_job(job: Job) -> TrainResult:
 
     def checkpoint(is_best: bool) -> Path:
         watch.check(job.out.current.checkpoints, world)  # never save weights a NaN has reached
-        name = f"step_{state.step:08d}"
+        name = step_name(state.step)
         trainer = state.to_dict(optimizer, scaler, world)  # every rank's random state
         if world.main:
             checkpoints = job.out.current.checkpoints
