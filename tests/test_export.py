@@ -21,7 +21,6 @@ import pytest
 import torch
 
 from transformer.cli import config_from_args
-from transformer.cli.jobs import evaluate
 from transformer.config import DecodeConfig, ModelConfig, RunConfig, RuntimeConfig, load_config
 from transformer.data.corpora import load_splits
 from transformer.data.tokenizer import Tokenizers
@@ -38,6 +37,7 @@ from transformer.inference.ctranslate2 import (
 )
 from transformer.inference.engine import load_torch_engine
 from transformer.inference.evaluate import score_translations
+from transformer.inference.jobs import evaluate
 from transformer.model import Transformer
 from transformer.training.loop import train
 from transformer.vocab import EOS_ID

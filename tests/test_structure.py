@@ -121,7 +121,7 @@ MAY_IMPORT = {
     "model_dir": BASE | {"config", "files", "model"},
     "data": BASE | {"config", "device", "files", "model_dir"},
     "export": BASE | {"config", "data", "files", "model", "model_dir"},
-    "inference": BASE | {"config", "data", "device", "export", "model", "model_dir"},
+    "inference": BASE | {"config", "data", "device", "export", "files", "model", "model_dir"},
     "inspect": BASE | {"config", "data", "files", "inference", "model", "model_dir"},
     "hub": BASE | {"config", "data", "export", "files", "model", "model_dir"},
     "serve": BASE | {"config", "inference", "inspect"},

@@ -29,7 +29,7 @@ def _translate_options(p: ArgumentParser) -> None:
 
 def _translate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_engine
-    from .jobs import standard_streams, translate_file
+    from ..inference.jobs import standard_streams, translate_file
 
     source = None if ns.input in (None, STDOUT) else ns.input
     reads = {"--input": source, "--prefix": ns.prefix, "MODEL_DIR": ns.model_dir}
@@ -58,7 +58,7 @@ def _score_options(p: ArgumentParser) -> None:
 
 def _score(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_engine
-    from .jobs import score_file, standard_streams
+    from ..inference.jobs import score_file, standard_streams
 
     reads = {"--src": ns.src, "--ref": ns.ref, "MODEL_DIR": ns.model_dir}
     output = check_output(ns.output, "--output", reads)
@@ -80,7 +80,7 @@ def _evaluate_options(p: ArgumentParser) -> None:
 
 def _evaluate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_engine
-    from .jobs import evaluate, hypotheses_path
+    from ..inference.jobs import evaluate, hypotheses_path
 
     output = hypotheses_path(ns.output, ns.src, ns.ref, ns.model_dir)
     engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
