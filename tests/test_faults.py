@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from transformer.cli import config_from_args
 from transformer.training.loop import train
 
-from helpers import TINY_NUMBERS, Result, one_line_error, snapshot
+from helpers import TINY_NUMBERS, Result, one_line_error, snapshot, train_config
 from helpers import cli_process as cli
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes
@@ -36,7 +35,7 @@ def trained(tmp_path_factory) -> Path:
     """A tiny run with checkpoints at steps 10 and 20 (best = last = 20)."""
     out = tmp_path_factory.mktemp("faults") / "run"
     args = [*TINY, "--max_steps", "20", "--save_every", "10", "--validate_every", "10"]
-    train(config_from_args(args), out, progress=False)
+    train(train_config(args), out, progress=False)
     return out
 
 
