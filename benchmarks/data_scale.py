@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ARGS = ["--corpus", "null", "--preset", "tiny", "--vocab_size", "200", "--max_tokens", "4096",
-        "--valid_fraction", "0.001", "--test_fraction", "0.001"]  # fmt: skip
+KEYS = {"corpus": None, "preset": "tiny", "vocab_size": 200, "max_tokens": 4096,
+        "valid_fraction": 0.001, "test_fraction": 0.001}  # fmt: skip
 
 
 def generate(folder: Path, n: int, seed: int = 0) -> tuple[Path, Path]:
@@ -78,16 +78,16 @@ def child(en: Path, fr: Path, out: Path) -> dict:
     import torch
 
     import transformer
-    from transformer.cli import config_from_args
+    from transformer.config import load_config, sectioned
     from transformer.data.batching import collate, make_batches
+    from transformer.model_dir.runs import RunDir
     from transformer.training import prepare as prep
-    from transformer.training.rundir import RunDir
 
     torch.set_num_threads(1)
     tree = Path(os.environ["PYTHONPATH"]).resolve()
     if not Path(transformer.__file__).resolve().is_relative_to(tree):
         raise SystemExit(f"imported {transformer.__file__}, not the package in {tree}")
-    config = config_from_args([*ARGS, "--src", str(en), "--tgt", str(fr)])
+    config = load_config(None, sectioned({**KEYS, "src": str(en), "tgt": str(fr)}))
     run = RunDir(out)
     started = time.perf_counter()
     if hasattr(prep, "save") and "scratch" in prep.save.__code__.co_varnames:  # binarized

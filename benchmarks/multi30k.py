@@ -26,10 +26,9 @@ from transformer.data.batching import encode_source
 from transformer.data.tokenizer import Tokenizers
 from transformer.inference import translate_ids
 from transformer.inference.evaluate import score_translations
-from transformer.model_dir import load_checkpoint
-from transformer.training.average import average_last
+from transformer.model_dir.checkpoints import average_last, load_checkpoint
+from transformer.model_dir.runs import read_metrics
 from transformer.training.loop import train
-from transformer.training.metrics import read_metrics
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -30,9 +30,9 @@ from transformer.data.tokenizer import Tokenizers
 from transformer.device import native_bf16_cpu
 from transformer.inference.evaluate import score_translations
 from transformer.inference.translate import translate
-from transformer.model_dir import load_checkpoint, read_index
+from transformer.model_dir.checkpoints import load_checkpoint, read_index
+from transformer.model_dir.runs import read_metrics
 from transformer.training.loop import train
-from transformer.training.metrics import read_metrics
 
 RESULTS = Path(__file__).parent / "results"
 

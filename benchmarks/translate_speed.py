@@ -62,11 +62,7 @@ from transformer.data.corpora import load_splits  # noqa: E402
 from transformer.inference import translate_ids  # noqa: E402
 from transformer.inference.evaluate import score_translations  # noqa: E402
 from transformer.model import Transformer  # noqa: E402
-from transformer.model_dir import (  # noqa: E402
-    load_checkpoint,
-    read_config,
-    resolve_checkpoint,
-)
+from transformer.model_dir.checkpoints import load_checkpoint, read_config, resolve_checkpoint
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 
 ENGINES = ["torch", "torch-nocache", "ct2-float32", "ct2-int8", "ct2-int8-p1", "marian"]

@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer.cli import config_from_args
 from transformer.config import RuntimeConfig
 from transformer.inference.engine import load_torch_engine
 from transformer.serve.config import API_KEY_ENV
 from transformer.training.loop import train
 
-from helpers import TINY_NUMBERS, copy_sentences
+from helpers import TINY_NUMBERS, copy_sentences, train_config
 
 
 @pytest.fixture(scope="session")
@@ -26,7 +25,7 @@ def numbers_model(tmp_path_factory) -> Path:
         "--peak_lr", "3e-3", "--bleu_sentences", "10",
         "--best_metric", "loss",  # BLEU on 10 sentences of a barely trained model is noise
     ]  # fmt: skip
-    train(config_from_args(args), out, progress=False)
+    train(train_config(args), out, progress=False)
     return out
 
 
@@ -43,7 +42,7 @@ def copy_model(tmp_path_factory) -> Path:
     (folder / "src.txt").write_text(lines)
     (folder / "tgt.txt").write_text(lines)
     args = [
-        "--preset", "tiny", "--data.src", str(folder / "src.txt"), "--data.tgt",
+        "--preset", "tiny", "--corpus", "null", "--data.src", str(folder / "src.txt"), "--data.tgt",
         str(folder / "tgt.txt"), "--src_lang", "xx", "--tgt_lang", "yy", "--vocab_size", "60",
         "--max_tokens", "1500", "--warmup_steps", "30", "--peak_lr", "5e-3", "--max_steps", "800",
         "--validate_every", "800", "--save_every", "800", "--bleu_sentences", "0",
@@ -51,7 +50,7 @@ def copy_model(tmp_path_factory) -> Path:
         "--runtime.threads", "1",  # a model this small gains nothing from two
     ]  # fmt: skip
     threads = torch.get_num_threads()
-    train(config_from_args(args), folder / "model", progress=False)
+    train(train_config(args), folder / "model", progress=False)
     torch.set_num_threads(threads)
     return folder / "model"
 
@@ -67,7 +66,7 @@ def rnn_numbers_model(tmp_path_factory) -> Path:
         "--validate_every", "15", "--log_every", "5", "--peak_lr", "3e-3",
         "--bleu_sentences", "10", "--best_metric", "loss", "--threads", "1",
     ]  # fmt: skip
-    train(config_from_args(args), out, progress=False)  # one thread: see test_rnn.one_thread
+    train(train_config(args), out, progress=False)  # one thread: see test_rnn.one_thread
     return out
 
 

@@ -1,5 +1,5 @@
 """What many test files need: the command line in-process and as a child process, a tiny random
-model, a tiny number-words run's options, a checkpoint's weights,
+model, a tiny number-words run's options and the config they make, a checkpoint's weights,
 
 a stub model whose next-token distributions are set by hand (so a search's best answer is known
 by construction), the copy task's sentences, and where the shared data is.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import random
 import subprocess
@@ -25,7 +26,7 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from transformer.cli import main
-from transformer.config import ModelConfig
+from transformer.config import ModelConfig, RunConfig, load_config, sectioned
 from transformer.inference.translate import translate
 from transformer.model import Transformer
 from transformer.model.masks import padding_mask
@@ -41,6 +42,22 @@ TINY_NUMBERS = [
     "--numbers_valid", "20", "--numbers_test", "30", "--vocab_size", "80", "--max_tokens", "800",
     "--warmup_steps", "10", "--max_positions", "48",
 ]  # fmt: skip
+
+
+def train_config(options: list[str]) -> RunConfig:
+    """The config that ``transformer train OPTIONS`` trains, built the way a Python caller builds
+    one (``load_config`` of ``sectioned`` keys): OPTIONS are ``--key value`` pairs, keys named as
+    on the command line (``--max_steps``, ``--train.max_steps``), each value read as JSON where
+    it is one (numbers, true, false, null), else as text; ``--config FILE`` is the base."""
+    keys: dict[str, object] = {}
+    args = list(options)
+    while args:
+        key, value = args.pop(0).removeprefix("--").replace("-", "_"), args.pop(0)
+        try:
+            keys[key] = json.loads(value)
+        except json.JSONDecodeError:
+            keys[key] = value
+    return load_config(keys.pop("config", None), sectioned(keys))
 
 
 # The copy task (the ``copy_model`` fixture): 12 words, each one SentencePiece piece.

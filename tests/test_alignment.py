@@ -2,14 +2,11 @@
 on hand-made attention, every link within the word counts on both engines, the command line's
 ``text ||| i-j`` lines, and a model trained here to copy its input aligning on the diagonal."""
 
-import json
-
 import pytest
 import torch
 
 from transformer.config import RuntimeConfig
 from transformer.data.corpora import load_splits
-from transformer.errors import UserError
 from transformer.inference.alignment import pharaoh, word_alignment, word_of_pieces
 from transformer.inference.engine import load_torch_engine
 
@@ -92,20 +89,3 @@ def test_the_command_line_writes_links_after_the_text(numbers_model, tmp_path, c
                           "--alignment", "--nbest", "2"], capsys)  # fmt: skip
     assert code == 0, err
     assert all(len(line.split(" ||| ")) == 4 for line in out.strip().split("\n"))
-
-
-def test_an_export_older_than_alignments_says_so(numbers_model, tmp_path):
-    pytest.importorskip("ctranslate2")
-    from transformer.export import export_model
-    from transformer.inference.ctranslate2 import load_ctranslate2
-
-    export_model(numbers_model, tmp_path / "ct2")
-    assert load_ctranslate2(tmp_path / "ct2", alignment=True).translate(["twelve"]).nbest
-    marker = tmp_path / "ct2" / "transformer-export.json"
-    values = json.loads(marker.read_text())
-    del values["alignment_heads"]  # as written before alignments existed
-    marker.write_text(json.dumps(values))
-    old = load_ctranslate2(tmp_path / "ct2", alignment=True)
-    with pytest.raises(UserError, match=r"^alignment: this ctranslate2 export averages 1 of 4"):
-        old.translate(["twelve"])
-    assert old.translate(["twelve"], decode=old.decode.with_search(alignment=False)).nbest

@@ -7,11 +7,10 @@ import pytest
 import torch
 
 from transformer import files
-from transformer import model_dir as ckpt
 from transformer.config import ModelConfig, RunConfig
 from transformer.errors import UserError
 from transformer.model import Transformer
-from transformer.training import checkpoint as training_checkpoint
+from transformer.model_dir import checkpoints as ckpt
 
 
 def run_config(**model):
@@ -48,7 +47,7 @@ def test_round_trip_is_exact_with_tied_weights(tmp_path, share):
     ):
         assert torch.equal(a, b), name
     assert loaded.model.output.weight is loaded.model.tgt_embed.tokens.weight
-    state = training_checkpoint.load_trainer_state(folder)
+    state = ckpt.load_trainer_state(folder)
     assert state["step"] == 7 and state["position"] == {"epoch": 1, "batch": 3}
     assert torch.equal(state["rng_torch"], saved_state["rng_torch"])
     assert state["rng_python"] == saved_state["rng_python"]
@@ -75,7 +74,7 @@ def test_prune_keeps_the_newest_and_the_indexed(tmp_path):
     for step in range(1, 7):
         ckpt.save_checkpoint(tmp_path, f"step_{step:08d}", model, cfg, None)
     ckpt.update_index(tmp_path, last="step_00000006", best="step_00000001")
-    training_checkpoint.prune_checkpoints(tmp_path, keep=2)
+    ckpt.prune_checkpoints(tmp_path, keep=2)
     assert sorted(p.name for p in tmp_path.glob("step_*")) == [
         "step_00000001",
         "step_00000005",
@@ -101,7 +100,7 @@ def test_a_crash_while_saving_leaves_the_last_good_checkpoint(tmp_path, monkeypa
     assert json.loads((tmp_path / "index.json").read_text())["last"] == "step_00000001"
     assert ckpt.load_checkpoint(tmp_path / "step_00000001").config == cfg
     monkeypatch.undo()
-    training_checkpoint.prune_checkpoints(tmp_path, keep=5)
+    ckpt.prune_checkpoints(tmp_path, keep=5)
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 

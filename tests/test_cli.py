@@ -100,6 +100,9 @@ def test_unknown_commands_and_options_get_suggestions(capsys):
     assert code == 2 and "unknown command 'trian'; did you mean train?" in err
     code, _, err = cli(["train", "--lable_smoothing", "0"], capsys)
     assert code == 2 and "did you mean --train.label_smoothing?" in err
+    # The options a command takes, not words of its help: info's help mentions --config.
+    code, _, err = cli(["info", "--config", "x.yaml"], capsys)
+    assert code == 2 and "unknown option --config" in err and "did you mean --config" not in err
 
 
 def test_resume_takes_the_saved_config_and_the_options_on_top(tmp_path):

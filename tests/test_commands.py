@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from transformer.demo import run_demo
 from transformer.inference.engine import load_torch_engine
-from transformer.model_dir import load_checkpoint, step_checkpoints
+from transformer.model_dir.checkpoints import load_checkpoint, step_checkpoints
 
 from helpers import SHARED_DATA, cli
 

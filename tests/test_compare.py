@@ -14,9 +14,8 @@ from transformer.data import load_splits
 from transformer.data.batching import make_batches
 from transformer.data.binarized import TokenDataset
 from transformer.inspect.compare import length_buckets
-from transformer.model_dir import load_checkpoint
-from transformer.training.metrics import read_metrics
-from transformer.training.rundir import RunDir
+from transformer.model_dir.checkpoints import load_checkpoint
+from transformer.model_dir.runs import RunDir, read_metrics
 
 from helpers import cli, snapshot
 

@@ -13,17 +13,18 @@ import sys
 import pytest
 import torch
 
-from transformer.cli import config_from_args, main
-from transformer.config import RuntimeConfig, build_config
+from transformer.cli import main
+from transformer.config import RuntimeConfig, build_config, merge
 from transformer.device import autocast, resolve_device, rng_state, set_rng_state
 from transformer.errors import BadValue
 from transformer.inference.engine import load_torch_engine
-from transformer.model_dir import load_checkpoint
+from transformer.model_dir.checkpoints import load_checkpoint
+from transformer.model_dir.runs import resumed_config
 from transformer.training.chunked_loss import TrainingLoss
 from transformer.training.loop import train
 from transformer.vocab import PAD_ID
 
-from helpers import weights
+from helpers import train_config, weights
 
 HAS_CUDA = torch.cuda.is_available()
 TINY = [
@@ -37,7 +38,7 @@ gpu = pytest.mark.gpu
 
 def test_explicit_cpu(tmp_path):
     assert resolve_device("cpu") == torch.device("cpu")
-    train(config_from_args([*TINY, "--max_steps", "4", "--device", "cpu"]), tmp_path / "run",
+    train(train_config([*TINY, "--max_steps", "4", "--device", "cpu"]), tmp_path / "run",
           progress=False)  # fmt: skip
     rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert json.loads(rows[0])["device"] == "cpu"
@@ -96,7 +97,7 @@ def test_the_saved_runtime_is_not_imposed_on_translation(numbers_model, tmp_path
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_trains_on_the_cpu(tmp_path, precision):
-    cfg = config_from_args([*TINY, "--max_steps", "4", "--device", "cpu", "--precision", precision])
+    cfg = train_config([*TINY, "--max_steps", "4", "--device", "cpu", "--precision", precision])
     train(cfg, tmp_path / "run", progress=False)
     state = torch.load(tmp_path / "run/checkpoints/step_00000004/trainer.pt", weights_only=True)
     assert bool(state["scaler"]) == (precision == "fp16")  # the scaler is saved for fp16
@@ -129,7 +130,7 @@ def test_a_key_in_the_wrong_section_is_named():
 # ------------------------------------------------------------------------ on a GPU only
 @gpu
 def test_a_few_training_steps_on_cuda(tmp_path):
-    cfg = config_from_args([*TINY, "--max_steps", "8", "--device", "cuda"])
+    cfg = train_config([*TINY, "--max_steps", "8", "--device", "cuda"])
     train(cfg, tmp_path / "run", progress=False)
     rows = [json.loads(r) for r in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     assert rows[0]["device"].startswith("cuda")
@@ -144,10 +145,10 @@ def test_an_exact_resume_on_cuda(tmp_path, precision, monkeypatch):
     torch.use_deterministic_algorithms(True)
     try:
         args = [*TINY, "--device", "cuda", "--precision", precision, "--dropout", "0.1"]
-        train(config_from_args([*args, "--max_steps", "8"]), tmp_path / "whole", progress=False)
-        train(config_from_args([*args, "--max_steps", "4"]), tmp_path / "split", progress=False)
-        resumed = config_from_args([*args, "--max_steps", "8", "--out", str(tmp_path / "split"),
-                                    "--resume"])  # fmt: skip
+        train(train_config([*args, "--max_steps", "8"]), tmp_path / "whole", progress=False)
+        train(train_config([*args, "--max_steps", "4"]), tmp_path / "split", progress=False)
+        saved = resumed_config(tmp_path / "split").to_dict()  # what --resume continues
+        resumed = build_config(merge(saved, {"train": {"max_steps": 8}}))
         train(resumed, tmp_path / "split", resume=True, progress=False)
     finally:
         torch.use_deterministic_algorithms(False)
@@ -160,7 +161,7 @@ def test_an_exact_resume_on_cuda(tmp_path, precision, monkeypatch):
 
 @gpu
 def test_a_gpu_trained_checkpoint_translates_the_same_on_the_cpu(tmp_path):
-    train(config_from_args([*TINY, "--max_steps", "40", "--device", "cuda"]), tmp_path / "run",
+    train(train_config([*TINY, "--max_steps", "40", "--device", "cuda"]), tmp_path / "run",
           progress=False)  # fmt: skip
     sentences = ["twelve", "seven hundred and one", "eighty", "three hundred"]
     outputs = []

@@ -16,7 +16,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from transformer.cli import config_from_args
 from transformer.data.batching import Example, make_batches
 from transformer.data.binarized import TokenDataset
 from transformer.errors import UserError
@@ -24,20 +23,22 @@ from transformer.training.distributed import World, shard
 from transformer.training.loop import train
 from transformer.training.stream import Position, index_stream
 
+from helpers import train_config
+
 pytestmark = pytest.mark.slow  # every test here trains or starts processes
 
 TINY = [
     "--preset", "tiny", "--corpus", "numbers", "--numbers_max", "999", "--numbers_train", "300",
     "--numbers_valid", "20", "--numbers_test", "20", "--vocab_size", "60", "--joint_vocab", "false",
     "--max_tokens", "400", "--warmup_steps", "20", "--bleu_sentences", "0", "--log_every", "2",
-    "--dropout", "0", "--threads", "1", "--quiet",
+    "--dropout", "0", "--threads", "1",
 ]  # fmt: skip
 
 
 def torchrun(out: Path, *args: str, nproc: int = 2) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc_per_node={nproc}", "-m", "transformer", "train", "--out", str(out),
-           *TINY, *args]  # fmt: skip
+           "--quiet", *TINY, *args]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
@@ -60,7 +61,7 @@ def test_two_processes_end_with_the_weights_of_one_that_accumulates_two(tmp_path
     rc, out, err = finished(torchrun(tmp_path / "two", *steps, "--max_steps", "8", "--resume"))
     assert rc == 0, err[-3000:]
     assert out.count("trained 4 more steps (from step 4 to 8)") == 1, out  # rank 0 speaks
-    train(config_from_args([*TINY, *steps, "--max_steps", "8", "--accumulate", "2"]),
+    train(train_config([*TINY, *steps, "--max_steps", "8", "--accumulate", "2"]),
           tmp_path / "one", progress=False)  # fmt: skip
     two, one = weights(tmp_path / "two", 8), weights(tmp_path / "one", 8)
     assert two.keys() == one.keys()
@@ -76,7 +77,7 @@ def test_two_processes_end_with_the_weights_of_one_that_accumulates_two(tmp_path
 def test_resuming_with_another_world_size_says_what_changes(tmp_path, caplog):
     rc, _, err = finished(torchrun(tmp_path / "run", "--max_steps", "2", "--save_every", "2"))
     assert rc == 0, err[-3000:]
-    cfg = config_from_args([*TINY, "--max_steps", "3"])
+    cfg = train_config([*TINY, "--max_steps", "3"])
     with caplog.at_level("WARNING"):
         train(cfg, tmp_path / "run", resume=True, progress=False)
     messages = [r.message for r in caplog.records]
@@ -178,7 +179,7 @@ def test_a_hung_rank_times_out_with_one_line_naming_the_rank_that_waited(tmp_pat
 def one_step_run(tmp_path_factory) -> Path:
     """A run of one step: it binarized its training set into run/data/train."""
     run = tmp_path_factory.mktemp("binarized") / "run"
-    train(config_from_args([*TINY, "--max_steps", "1"]), run, progress=False)
+    train(train_config([*TINY, "--max_steps", "1"]), run, progress=False)
     return run
 
 
@@ -195,7 +196,7 @@ def test_binarized_dataset_reads_back_the_ids_that_were_written(one_step_run, tm
     from transformer.training.prepare import encode_pairs
 
     folder, examples = _written(one_step_run, tmp_path)
-    cfg = config_from_args(TINY)
+    cfg = train_config(TINY)
     pairs = load_splits(cfg.data).train
     expected, _ = encode_pairs(pairs, Tokenizers.load(one_step_run), max_len=10**6)
     assert len(examples) == len(expected) == 300
@@ -232,6 +233,6 @@ def _truncate(path: Path, n: int) -> None:
 def test_a_training_with_its_own_thread_count_leaves_the_callers(tmp_path):
     before = torch.get_num_threads()
     threads = 1 if before != 1 else 2
-    cfg = config_from_args([*TINY, "--max_steps", "1", "--threads", str(threads)])
+    cfg = train_config([*TINY, "--max_steps", "1", "--threads", str(threads)])
     train(cfg, tmp_path / "run", progress=False)
     assert torch.get_num_threads() == before  # other runs in this process keep their results

@@ -6,13 +6,12 @@ import json
 
 import pytest
 
-from transformer.cli import config_from_args
 from transformer.config import TrainConfig
 from transformer.errors import BadValue
+from transformer.model_dir.runs import read_metrics
 from transformer.training.loop import train
-from transformer.training.metrics import read_metrics
 
-from helpers import TINY_NUMBERS
+from helpers import TINY_NUMBERS, train_config
 
 # A learning rate far too high for the tiny model: the validation loss falls for some steps,
 # then stalls and wobbles (measured: best at step 35, then two worse validations).
@@ -24,7 +23,7 @@ ARGS = [*TINY_NUMBERS, "--max_steps", "300", "--validate_every", "5", "--save_ev
 @pytest.mark.slow
 def test_a_run_that_stops_improving_stops_early_and_keeps_the_best(tmp_path, capsys):
     out = tmp_path / "run"
-    result = train(config_from_args(ARGS), out, progress=False)
+    result = train(train_config(ARGS), out, progress=False)
     assert result.stopped_early and result.step < 300
     rows = read_metrics(out)
     validations = [row for row in rows if "valid_nll" in row]
@@ -41,7 +40,7 @@ def test_a_run_that_stops_improving_stops_early_and_keeps_the_best(tmp_path, cap
     assert (out / "checkpoints" / index["best"]).is_dir()
     assert index["last"] == f"step_{result.step:08d}"
     # Resumed, it has nothing left to do.
-    again = train(config_from_args(ARGS), out, resume=True, progress=False)
+    again = train(train_config(ARGS), out, resume=True, progress=False)
     assert again.stopped_early and again.step == result.step
 
 

@@ -20,8 +20,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer.cli import config_from_args
-from transformer.cli.jobs import evaluate
 from transformer.config import DecodeConfig, ModelConfig, RunConfig, RuntimeConfig, load_config
 from transformer.data.corpora import load_splits
 from transformer.data.tokenizer import Tokenizers
@@ -38,11 +36,12 @@ from transformer.inference.ctranslate2 import (
 )
 from transformer.inference.engine import load_torch_engine
 from transformer.inference.evaluate import score_translations
+from transformer.inference.jobs import evaluate
 from transformer.model import Transformer
 from transformer.training.loop import train
 from transformer.vocab import EOS_ID
 
-from helpers import cli
+from helpers import cli, train_config
 
 needs_ct2 = pytest.mark.skipif(
     importlib.util.find_spec("ctranslate2") is None,
@@ -184,7 +183,7 @@ def translating_model(tmp_path_factory) -> Path:
         "--runtime.threads", "1",
     ]  # fmt: skip
     threads = torch.get_num_threads()
-    train(config_from_args(args), out, progress=False)
+    train(train_config(args), out, progress=False)
     torch.set_num_threads(threads)  # the training set one thread for the whole process
     return out
 

@@ -20,17 +20,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer.cli import config_from_args
 from transformer.config import DataConfig, DecodeConfig, ModelConfig, RunConfig
 from transformer.data.tokenizer import Tokenizers
 from transformer.hub.marian_weights import halves_permutation, to_halves
 from transformer.inference.engine import load_torch_engine
 from transformer.model import Transformer
-from transformer.model_dir import model_state, save_checkpoint, update_index
+from transformer.model_dir.checkpoints import save_checkpoint, update_index
+from transformer.model_dir.weights import model_state
 from transformer.training.loop import train
 from transformer.vocab import UNK_ID
 
-from helpers import Result, cli, one_line_error, snapshot
+from helpers import Result, cli, one_line_error, snapshot, train_config
 from marian_models import load_hf, number_words
 
 LIMIT = 24  # tokens before </s> at most, in both
@@ -111,7 +111,7 @@ def test_the_demo_model_goes_out_text_for_text(tmp_path, capsys):
         args = ["--config", "numbers", "--numbers_train", "3000", "--max_steps", "40",
                 "--max_tokens", "1500", "--max_minutes", "0", "--validate_every", "40",
                 "--bleu_sentences", "0"]  # fmt: skip
-        train(config_from_args(args), model_dir, progress=False)
+        train(train_config(args), model_dir, progress=False)
     out = export(model_dir, tmp_path / "hf", capsys)
     assert (out / "target_vocab.json").is_file()  # the demo's vocabularies are separate
     assert_same_greedy_text(model_dir, out)

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from transformer.cli import config_from_args
 from transformer.training.loop import train
 
-from helpers import TINY_NUMBERS, Result, one_line_error, snapshot
+from helpers import TINY_NUMBERS, Result, one_line_error, snapshot, train_config
 from helpers import cli_process as cli
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes
@@ -36,7 +35,7 @@ def trained(tmp_path_factory) -> Path:
     """A tiny run with checkpoints at steps 10 and 20 (best = last = 20)."""
     out = tmp_path_factory.mktemp("faults") / "run"
     args = [*TINY, "--max_steps", "20", "--save_every", "10", "--validate_every", "10"]
-    train(config_from_args(args), out, progress=False)
+    train(train_config(args), out, progress=False)
     return out
 
 
@@ -333,17 +332,6 @@ def test_a_broken_pipe_exits_quietly(run):
 
 
 # ---------------------------------------------------------------------- smaller points
-def test_leftovers_of_an_interrupted_prune_are_cleaned_on_the_next_start(run):
-    (run / "checkpoints" / "step_00000005").mkdir()  # half-deleted by an older version
-    (run / "checkpoints" / ".trash-step_00000001").mkdir()
-    result = cli("train", "--out", str(run), "--resume", "--quiet", "--max_steps", "21")
-    assert result.code == 0, result.stderr
-    assert "step_00000005" in result.stderr[0] and ".trash-step_00000001" in result.stderr[0]
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
-        "index.json", STEP_10, STEP_20, "step_00000021"
-    ]  # fmt: skip
-
-
 def test_dropped_pairs_and_a_capped_vocabulary_are_reported(tmp_path):
     args = ["train", "--out", str(tmp_path / "run"), "--quiet", *TINY, "--max_steps", "1",
             "--vocab_size", "5000", "--max_len", "6"]  # fmt: skip

@@ -25,10 +25,10 @@ import pytest
 
 from transformer.config import ModelConfig
 from transformer.files import mark_folder
-from transformer.folder_kinds import folder_kind
 from transformer.inspect.info import parameter_table
 from transformer.model import Transformer
 from transformer.model.build import parameter_count
+from transformer.model_dir.layout import folder_kind
 
 from helpers import TINY_NUMBERS, Result, cli_process, one_line_error, snapshot
 from helpers import cli_main as cli

@@ -32,7 +32,7 @@ from transformer.data.tokenizer import Tokenizers
 from transformer.hub import import_marian
 from transformer.hub.marian_import import CHECKPOINT
 from transformer.inference import translate_ids
-from transformer.model_dir import load_checkpoint
+from transformer.model_dir.checkpoints import load_checkpoint
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
 from helpers import Result, cli, cli_process, one_line_error, snapshot

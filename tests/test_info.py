@@ -67,7 +67,7 @@ def test_info_with_bad_values_is_one_line_error(capsys):
 
 
 def test_info_describes_a_trained_model_directory(numbers_model, capsys):
-    from transformer.model_dir import load_checkpoint
+    from transformer.model_dir.checkpoints import load_checkpoint
 
     code = main(["info", str(numbers_model)])
     out = capsys.readouterr().out

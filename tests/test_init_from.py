@@ -18,17 +18,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer.cli import config_from_args
 from transformer.config import TrainConfig
 from transformer.data.batching import encode_source, pad
 from transformer.data.tokenizer import Tokenizers
 from transformer.hub import import_marian
-from transformer.model_dir import load_checkpoint
+from transformer.model_dir.checkpoints import load_checkpoint
 from transformer.training.loop import train
 from transformer.training.schedule import learning_rate
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
-from helpers import Result, cli, one_line_error, snapshot
+from helpers import Result, cli, one_line_error, snapshot, train_config
 from marian_models import Shape, load_hf, marian_folder, number_words
 
 STEPS = 30
@@ -42,8 +41,8 @@ def new_pairs(folder: Path, n: int = 40) -> list[str]:
     (folder / "pairs.en").write_text("".join(f"{s}\n" for s, _ in pairs))
     (folder / "pairs.fr").write_text("".join(f"{t}\n" for _, t in pairs))
     files = [str(folder / "pairs.en"), str(folder / "pairs.fr")]
-    return ["--src", files[0], "--tgt", files[1], "--valid_src", files[0], "--valid_tgt",
-            files[1], "--max_steps", str(STEPS), "--validate_every", str(STEPS),
+    return ["--corpus", "null", "--src", files[0], "--tgt", files[1], "--valid_src", files[0],
+            "--valid_tgt", files[1], "--max_steps", str(STEPS), "--validate_every", str(STEPS),
             "--log_every", "10", "--warmup_steps", "10", "--peak_lr", "2e-3",
             "--label_smoothing", "0.1", "--bleu_sentences", "0", "--max_tokens", "600"]  # fmt: skip
 
@@ -71,7 +70,7 @@ def test_fine_tuning_an_imported_model_starts_from_it(tmp_path, shape):
     import_marian(str(folder), tmp_path / "imported")
     language = ["--target_language", shape.languages[0]] if shape.languages else []
     args = ["--init_from", str(tmp_path / "imported"), *new_pairs(tmp_path), *language]
-    result = train(config_from_args(args), tmp_path / "run", progress=False)
+    result = train(train_config(args), tmp_path / "run", progress=False)
     seen = validations(tmp_path / "run")
     prefix = f">>{shape.languages[0]}<< " if shape.languages else ""
     assert seen[0]["valid_nll"] == pytest.approx(hf_nll(folder, number_words()[1][:40], prefix),
@@ -95,7 +94,7 @@ def test_fine_tuning_an_imported_model_starts_from_it(tmp_path, shape):
 @pytest.mark.slow  # trains
 def test_fine_tuning_a_model_trained_here_starts_from_it(numbers_model, tmp_path):
     args = ["--init_from", str(numbers_model), *new_pairs(tmp_path)]
-    train(config_from_args(args), tmp_path / "run", progress=False)
+    train(train_config(args), tmp_path / "run", progress=False)
     seen = validations(tmp_path / "run")
     start = load_checkpoint(numbers_model).model  # the best checkpoint, as --init_from takes
     tokenizers = Tokenizers.load(numbers_model)

@@ -9,13 +9,12 @@ import pytest
 import torch
 
 from transformer import device as device_module
-from transformer.cli import config_from_args
 from transformer.config import RuntimeConfig
 from transformer.device import BF16_MIN_D_MODEL, native_bf16_cpu, resolve_precision
 from transformer.inference.engine import load_torch_engine
 from transformer.training.loop import train
 
-from helpers import cli
+from helpers import cli, train_config
 
 CPU = torch.device("cpu")
 TINY = [
@@ -75,7 +74,7 @@ def test_auto_on_a_cpu_without_native_bf16(monkeypatch):
 
 def test_auto_is_a_precision_on_the_command_line():
     assert RuntimeConfig(precision="auto").precision == "auto"
-    assert config_from_args([*TINY, "--precision", "auto"]).runtime.precision == "auto"
+    assert train_config([*TINY, "--precision", "auto"]).runtime.precision == "auto"
 
 
 @pytest.mark.slow
@@ -83,7 +82,7 @@ def test_auto_is_a_precision_on_the_command_line():
 def test_training_logs_what_auto_chose(tmp_path, monkeypatch, capsys, flag, chosen):
     monkeypatch.setattr(device_module, "native_bf16_cpu", lambda: flag)
     monkeypatch.setattr(device_module, "BF16_MIN_D_MODEL", 16)  # the tiny preset is 32 wide
-    train(config_from_args([*TINY, "--precision", "auto"]), tmp_path / "run", progress=False)
+    train(train_config([*TINY, "--precision", "auto"]), tmp_path / "run", progress=False)
     start = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert start["event"] == "start" and start["precision"] == chosen
     assert start["precision_reason"].startswith(f"precision auto: {chosen}")

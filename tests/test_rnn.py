@@ -8,7 +8,6 @@ from dataclasses import replace
 import pytest
 import torch
 
-from transformer.cli import config_from_args
 from transformer.config import DecodeConfig, ModelConfig, RuntimeConfig
 from transformer.errors import UserError
 from transformer.export.spec import check_expressible
@@ -24,12 +23,12 @@ from transformer.model import (
     padding_mask,
 )
 from transformer.model.rnn_encoder import final_states
-from transformer.model_dir import update_index
+from transformer.model_dir.checkpoints import update_index
 from transformer.training.loop import train
 from transformer.training.loss import label_smoothed_nll
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
-from helpers import TINY_NUMBERS, assert_error, cli, client_for, padded, weights
+from helpers import TINY_NUMBERS, assert_error, cli, client_for, padded, train_config, weights
 
 V = 30  # target vocabulary of the random models
 KINDS = [("gru", "none"), ("gru", "bahdanau"), ("lstm", "luong"), ("lstm", "bahdanau")]
@@ -290,13 +289,13 @@ def test_an_rnn_run_resumes_exactly(tmp_path):
             "--threads", "1",
     ]  # fmt: skip
     whole = tmp_path / "whole"
-    train(config_from_args(args), whole, progress=False)
+    train(train_config(args), whole, progress=False)
     cut = tmp_path / "cut"
     shutil.copytree(whole, cut)
     for later in ("step_00000020", "step_00000030"):
         shutil.rmtree(cut / "checkpoints" / later)
     update_index(cut / "checkpoints", last="step_00000010", best="step_00000010")
-    result = train(config_from_args(args), cut, resume=True, progress=False)
+    result = train(train_config(args), cut, resume=True, progress=False)
     assert (result.first_step, result.step) == (10, 30)
     expected, resumed = (
         weights(whole / "checkpoints/step_00000030"),

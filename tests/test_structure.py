@@ -1,5 +1,6 @@
-"""The tree stays readable as the architecture: no import cycles, no file over ~400 lines, every
-subpackage names its public API, and the README's Python examples run."""
+"""The tree stays readable as the architecture: no import cycles, each part imports only the
+floors below it, no file over ~400 lines, every subpackage names its public API, and every write
+goes through the write gate."""
 
 from __future__ import annotations
 
@@ -106,6 +107,52 @@ def test_each_subpackage_names_its_public_api(package):
     assert module.__doc__ and module.__all__
     for name in module.__all__:
         assert getattr(module, name) is not None, name
+
+
+# Which part of the package may import which: the floors of the house, lowest first. Reading a
+# model belongs to no phase (model_dir/): what reads one (inference, inspect, export, hub,
+# serve) never imports training, which only the command line and the demo (which trains) run.
+BASE = {"errors", "reading", "vocab", "temporaries"}
+MAY_IMPORT = {
+    "config": BASE,
+    "device": BASE | {"config"},
+    "files": BASE | {"model_dir"},  # the gate reads model_dir/layout.py: what a folder is
+    "model": BASE | {"config", "device"},
+    "model_dir": BASE | {"config", "files", "model"},
+    "data": BASE | {"config", "device", "files", "model_dir"},
+    "export": BASE | {"config", "data", "files", "model", "model_dir"},
+    "inference": BASE | {"config", "data", "device", "export", "files", "model", "model_dir"},
+    "inspect": BASE | {"config", "data", "files", "inference", "model", "model_dir"},
+    "hub": BASE | {"config", "data", "export", "files", "model", "model_dir"},
+    "serve": BASE | {"config", "inference", "inspect"},
+    "training": BASE | {"config", "data", "device", "files", "inference", "model", "model_dir"},
+}
+
+
+def part_of(module: str) -> str:
+    """``transformer.model_dir.runs`` -> ``model_dir``; ``transformer.files`` -> ``files``."""
+    return module.split(".")[1] if module != "transformer" else module
+
+
+def test_each_part_imports_only_the_floors_below_it():
+    found = {}
+    for name, path in MODULES.items():
+        part = part_of(name)
+        if part in MAY_IMPORT:
+            for edge in imports_of(name, path):
+                if part_of(edge) not in MAY_IMPORT[part] | {part}:
+                    found.setdefault(name, set()).add(edge)
+    assert found == {}
+
+
+def test_only_the_command_line_and_the_demo_import_training():
+    importers = {
+        part_of(name)
+        for name, path in MODULES.items()
+        if part_of(name) != "training"
+        and any(part_of(edge) == "training" for edge in imports_of(name, path))
+    }
+    assert importers == {"cli", "demo"}
 
 
 SERVER = ("transformer.serve.app", "transformer.serve.server", "transformer.serve.batcher",

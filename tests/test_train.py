@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer.cli import config_from_args, main
+from transformer.cli import main
 from transformer.config import DecodeConfig
 from transformer.data.tokenizer import Tokenizers
 from transformer.errors import UserError
 from transformer.inference.translate import translate
-from transformer.model_dir import load_checkpoint, read_index
+from transformer.model_dir.checkpoints import load_checkpoint, read_index
+from transformer.model_dir.runs import read_metrics
 from transformer.training import loop as train_module
 from transformer.training.loop import train
-from transformer.training.metrics import read_metrics
 
-from helpers import weights
+from helpers import train_config, weights
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes
 
@@ -35,7 +35,7 @@ TINY_NUMBERS = [
 
 
 def config(*extra: str):
-    return config_from_args([*TINY_NUMBERS, *extra])
+    return train_config([*TINY_NUMBERS, *extra])
 
 
 def reverse_files(folder: Path, n: int, seed: int) -> tuple[Path, Path]:
@@ -53,7 +53,7 @@ def reverse_files(folder: Path, n: int, seed: int) -> tuple[Path, Path]:
 @pytest.mark.slow
 def test_a_tiny_model_learns_to_reverse_sequences(tmp_path):
     src, tgt = reverse_files(tmp_path, 3000, seed=0)
-    cfg = config_from_args([
+    cfg = train_config([
         "--preset", "tiny", "--corpus", "null", "--src", str(src), "--tgt", str(tgt),
         "--d_model", "64", "--d_ff", "256", "--dropout", "0.0", "--vocab_size", "20",
         "--max_tokens", "1500", "--max_steps", "500", "--warmup_steps", "50", "--peak_lr", "3e-3",
@@ -83,7 +83,7 @@ def test_same_seed_same_weights(tmp_path):
         weights(tmp_path / "b/checkpoints/step_00000008"),
     )
     assert all(torch.equal(a[k], b[k]) for k in a)
-    other = config_from_args([*TINY_NUMBERS, "--max_steps", "8", "--seed", "2"])
+    other = train_config([*TINY_NUMBERS, "--max_steps", "8", "--seed", "2"])
     train(other, tmp_path / "c", progress=False)
     c = weights(tmp_path / "c/checkpoints/step_00000008")
     assert not all(torch.equal(a[k], c[k]) for k in a)
@@ -95,7 +95,7 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path):
             "--save_every", "10", "--validate_every", "100", "--keep_checkpoints", "50",
     ]  # fmt: skip
     # The uninterrupted run.
-    train(config_from_args(args), tmp_path / "whole", progress=False)
+    train(train_config(args), tmp_path / "whole", progress=False)
     # The same run in another process, killed with SIGKILL once it has saved step 50 ...
     cmd = [
         sys.executable,
@@ -175,7 +175,7 @@ def test_log_counts_empty_and_long_pairs(tmp_path):
     tgt = [*(w[::-1] for w in words), "y", "", "b " * 80]
     (tmp_path / "s.txt").write_text("\n".join(src) + "\n")
     (tmp_path / "t.txt").write_text("\n".join(tgt) + "\n")
-    cfg = config_from_args([
+    cfg = train_config([
         "--preset", "tiny", "--corpus", "null", "--src", str(tmp_path / "s.txt"), "--tgt",
         str(tmp_path / "t.txt"), "--vocab_size", "12", "--max_len", "20", "--max_steps", "2",
         "--bleu_sentences", "0", "--valid_fraction", "0.1", "--test_fraction", "0",

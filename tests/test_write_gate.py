@@ -76,9 +76,6 @@ def test_import_over_an_import_holding_the_users_files_is_refused(marian, tmp_pa
     (out / "test.hyp").write_text("une\n")
     refused(tmp_path, ["import", str(marian), str(out)], f"{out} holds NOTES.md, test.hyp",
             "nothing in it is replaced")  # fmt: skip
-    marker = out / "transformer-import.json"  # an import made before markers listed entries
-    marker.write_text(json.dumps({"kind": "import", "format": "transformer/marian-import"}))
-    refused(tmp_path, ["import", str(marian), str(out)], "holds NOTES.md, test.hyp")
     (out / "NOTES.md").unlink()
     (out / "test.hyp").unlink()
     assert cli("import", str(marian), str(out)).code == 0  # only its own files: replaced
@@ -103,8 +100,6 @@ def test_compare_over_a_report_holding_the_users_notes_is_refused(home):
     (report / "my-notes.md").write_text("the GRU forgets long sentences\n")
     refused(home, ["compare", *runs, "--out", str(report)], f"{report} holds my-notes.md",
             "nothing in it is replaced")  # fmt: skip
-    (report / "transformer-report.json").unlink()  # a report made before reports had a marker
-    refused(home, ["compare", *runs, "--out", str(report)], "holds my-notes.md")
     # and nothing else is written inside a report
     refused(home, ["translate", str(home / "M"), "-i", str(report / "report.md"), "-o",
                    str(report / "x.txt")], "lies inside the report")  # fmt: skip

@@ -33,8 +33,8 @@ from .inference.evaluate import (
     score_translations,
 )
 from .inference.translate import translate
+from .model_dir.runs import RunDir
 from .training.loop import train
-from .training.rundir import RunDir
 
 # What a person tries first with the numbers model: small numbers, the README's examples, a
 # round number.

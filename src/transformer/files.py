@@ -7,7 +7,7 @@ One rule, checked before anything is read (``check_output`` for a file or a fold
 - what is there already must be a regular file (a folder, for a folder): never a device, a FIFO,
   a socket; a link to a regular file is written through, so the link stays a link;
 - it is not one of the command's inputs, nor inside a folder the command reads, nor inside any
-  project folder (a run, an export, an import, a report or a checkpoint: ``folder_kinds.py``),
+  project folder (a run, an export, an import, a report or a checkpoint: ``model_dir/layout.py``),
   unless the write names that folder as its ``owner``: only the command that made a project
   folder writes into it;
 - a folder is replaced whole only if it is of the command's kind and its marker lists every
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO
 
 from .errors import UserError
-from .folder_kinds import (
+from .model_dir.layout import (
     KINDS,
     WHOLE,
     describe_folder,
@@ -104,16 +104,15 @@ def check_replaceable(
     kind: str,
     flag: str = "--out",
     reads: Mapping[str, str | Path | None] | None = None,
-    made_before: frozenset[str] = frozenset(),
 ) -> None:
     """Refuses (one line naming ``flag``) to make or replace a folder of ``kind`` at ``path``.
 
     Refused: ``path`` is an input or lies inside one (``reads``) or inside another project
     folder; it is not a folder; it is a project folder of another kind (or a checkpoint). For
     the kinds replaced whole (export, import, report), a folder that is not empty must be an
-    earlier one of ``kind`` holding only the entries its marker lists (``made_before`` for one
-    made by a version whose marker lists none); what an interrupted replacement left beside it
-    is finished first. A run's own entries are its owner's business (``RunDir``).
+    earlier one of ``kind`` holding only the entries its marker lists; what an interrupted
+    replacement left beside it is finished first. A run's own entries are its owner's business
+    (``RunDir``).
     """
     path = Path(path)
     _warn(clean_leftovers(path.parent, path.name))
@@ -135,7 +134,7 @@ def check_replaceable(
     if entries and found is None:
         raise UserError(f"{path} is not empty and holds no earlier {kind} ({marker_name(kind)}); "
                         f"nothing in it is replaced: choose a new or empty {flag}")  # fmt: skip
-    foreign = sorted(entries - made_entries(path, kind, made_before))
+    foreign = sorted(entries - made_entries(path, kind))
     if foreign:
         raise UserError(f"{path} holds {', '.join(foreign)}, which the earlier {kind} did not "
                         f"make; nothing in it is replaced: move them out of it, or choose "
@@ -254,7 +253,7 @@ def mark_folder(path: str | Path, kind: str, **info: object) -> Path:
     """Writes the marker that makes ``path`` a project folder of ``kind`` (atomically).
 
     For a kind replaced whole (export, import, report) the marker lists every entry in ``path``
-    as ``files``: write it last. A run's marker is written first (training/rundir.py).
+    as ``files``: write it last. A run's marker is written first (``model_dir/runs.py``).
 
     Args:
         kind: run, export, import or report.
@@ -312,16 +311,15 @@ def replace_folder(
     kind: str,
     flag: str,
     reads: Mapping[str, str | Path | None],
-    made_before: frozenset[str] = frozenset(),
 ) -> Iterator[Path]:
     """Makes or replaces the folder ``out`` of ``kind`` (export, import, report) whole: the rule
     is checked again (``check_replaceable``: hours may have passed since the command checked
     it), the folder is built aside (``built_aside``), and the block must end with
     ``mark_folder``, whose marker lists every entry."""
-    check_replaceable(out, kind, flag, reads, made_before)
+    check_replaceable(out, kind, flag, reads)
     with built_aside(Path(out)) as staging:
         yield staging
-        unlisted = {p.name for p in staging.iterdir()} - made_entries(staging, kind, frozenset())
+        unlisted = {p.name for p in staging.iterdir()} - made_entries(staging, kind)
         if unlisted:
             raise RuntimeError(f"{out}: the {kind} was built without a marker listing "
                                f"{sorted(unlisted)}")  # fmt: skip

@@ -14,34 +14,34 @@ from dataclasses import dataclass
 from jsonargparse import ArgumentParser
 
 from ..config import SECTIONS
-from .hub import _import, _import_options
+from .hub import import_command, import_options
 from .training import (
-    _average,
-    _average_options,
-    _demo,
-    _demo_options,
-    _info,
-    _info_options,
-    _train,
-    _train_options,
+    average_command,
+    average_options,
+    demo_command,
+    demo_options,
+    info_command,
+    info_options,
+    train_command,
+    train_options,
 )
 from .translating import (
-    _attention,
-    _attention_options,
-    _compare,
-    _compare_options,
-    _evaluate,
-    _evaluate_options,
-    _explain,
-    _explain_options,
-    _export,
-    _export_options,
-    _score,
-    _score_options,
-    _serve,
-    _serve_options,
-    _translate,
-    _translate_options,
+    attention_command,
+    attention_options,
+    compare_command,
+    compare_options,
+    evaluate_command,
+    evaluate_options,
+    explain_command,
+    explain_options,
+    export_command,
+    export_options,
+    score_command,
+    score_options,
+    serve_command,
+    serve_options,
+    translate_command,
+    translate_options,
 )
 
 
@@ -62,31 +62,32 @@ TRAINING_ONLY = frozenset({"runtime.compile", "runtime.timeout_minutes"})
 
 
 COMMANDS = {
-    "info": Command("parameter counts per part of a model", ("model",), _info_options, _info),
-    "train": Command("train a model on parallel text", tuple(SECTIONS), _train_options, _train,
+    "info": Command("parameter counts per part of a model", ("model",), info_options, info_command),
+    "train": Command("train a model on parallel text", tuple(SECTIONS), train_options,
+                     train_command,
                      "Trains from a YAML config (--config), files (--data.src, --data.tgt) or a "
                      "named corpus (--data.corpus). Precedence: defaults < preset < --config < "
                      "options; on --resume the saved config replaces --config."),
     "demo": Command("train a built-in model (number words, or French to English) and score it",
                     ("runtime",),
-                    _demo_options, _demo, skip=frozenset({"runtime.timeout_minutes"})),
+                    demo_options, demo_command, skip=frozenset({"runtime.timeout_minutes"})),
     "translate": Command("translate sentences (stdin, a file, or interactively)",
                          ("decode", "runtime"),
-                         _translate_options, _translate,
+                         translate_options, translate_command,
                          "One sentence per line. Empty lines stay empty; a line longer than the "
                          "model accepts is truncated with a warning on stderr. Search options "
                          "default to the model's decode config.", skip=TRAINING_ONLY),
     "evaluate": Command("translate a test set and score it with sacreBLEU", ("decode", "runtime"),
-                        _evaluate_options, _evaluate, skip=TRAINING_ONLY),
+                        evaluate_options, evaluate_command, skip=TRAINING_ONLY),
     "score": Command("the model's log-probability of given translations", ("decode", "runtime"),
-                     _score_options, _score,
+                     score_options, score_command,
                      "Scores each line of --ref as a translation of the same line of --src, "
                      "teacher-forced: one line per pair, tab-separated: the total log-probability "
                      "(pieces and </s>), per token, and divided by the GNMT length penalty "
                      "(--decode.length_penalty), the score beam search ranks by.",
                      skip=TRAINING_ONLY),
     "serve": Command("serve translations over HTTP, with a web page",
-                     ("serve", "decode", "runtime"), _serve_options, _serve,
+                     ("serve", "decode", "runtime"), serve_options, serve_command,
                      "Serves MODEL_DIR on http://127.0.0.1:8000 (--host, --port): POST /translate, "
                      "POST /score, POST /attention, GET /info, GET /health, the OpenAPI schema at "
                      "/openapi.json and a web page at /. Another address than loopback needs an "
@@ -94,34 +95,35 @@ COMMANDS = {
                      "decoded together; --decode.* sets the default search. SIGTERM or Ctrl-C "
                      "finishes the requests in flight, then exits 0.", skip=TRAINING_ONLY),
     "export": Command("export a model for deployment (CTranslate2, optionally int8) or to the "
-                      "Hugging Face format", (), _export_options, _export,
+                      "Hugging Face format", (), export_options, export_command,
                       "Writes the checkpoint as a CTranslate2 model into OUT, with its "
                       "SentencePiece models: transformer export MODEL_DIR --to ctranslate2 OUT "
                       "[--quantization int8]; or as a Hugging Face Marian model (MarianMTModel, "
                       "MarianTokenizer): --to huggingface. OUT must be new, empty or an earlier "
                       "export."),
     "import": Command("import a Hugging Face Marian model (OPUS-MT) as a model directory",
-                      ("decode",), _import_options, _import,
+                      ("decode",), import_options, import_command,
                       "Reads SOURCE, a Marian model's folder or a Hugging Face Hub name (e.g. "
                       "Helsinki-NLP/opus-mt-fr-en), and writes OUT, a model directory every "
                       "command takes; --decode.* options become its default search (e.g. "
                       "--target_language fra for a model with several target languages). OUT "
                       "must be new, empty or an earlier import."),
-    "average": Command("average the last N checkpoints into one", (), _average_options, _average),
+    "average": Command("average the last N checkpoints into one", (), average_options,
+                       average_command),
     "explain": Command("the notes' worked examples, or one sentence through a model, step by step",
-                       ("decode", "runtime"), _explain_options, _explain,
+                       ("decode", "runtime"), explain_options, explain_command,
                        "Without MODEL_DIR: the lecture notes' worked examples in the terminal "
                        "(--topic). With MODEL_DIR SENTENCE --html OUT: SENTENCE through the "
                        "model, step by step in the notes' terms, with the model's own numbers, "
                        "as one self-contained HTML file (an existing OUT only with --force)."),
     "attention": Command("heatmaps of every attention layer and head for one sentence",
-                         ("decode", "runtime"), _attention_options, _attention,
+                         ("decode", "runtime"), attention_options, attention_command,
                          "Translates SENTENCE and draws the encoder self-attention, decoder masked "
                          "self-attention and encoder-decoder attention of every layer and head "
                          "(rows: queries, columns: keys), head-averaged alignments and "
                          "positional-encoding plots.", skip=TRAINING_ONLY),
     "compare": Command("trained runs side by side: BLEU by sentence length, speed, size",
-                       ("decode", "runtime"), _compare_options, _compare,
+                       ("decode", "runtime"), compare_options, compare_command,
                        "Translates the test split shared by RUNS and writes into --out a report "
                        "(report.md, PNG and SVG plots, compare.json): BLEU by source-length "
                        "bucket, training tokens per second and seconds per epoch (from each run's "

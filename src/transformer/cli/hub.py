@@ -8,13 +8,13 @@ import argparse
 from jsonargparse import ArgumentParser
 
 
-def _import_options(p: ArgumentParser) -> None:
+def import_options(p: ArgumentParser) -> None:
     p.add_argument("source", help="a Marian model's folder, or a Hugging Face Hub name such as "
                    "Helsinki-NLP/opus-mt-fr-en (needs pip install 'transformer[hub]')")  # fmt: skip
     p.add_argument("out", help="the model directory to write: new, empty, or an earlier import")
 
 
-def _import(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+def import_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..hub.marian_import import import_marian
 
     info = import_marian(ns.source, ns.out, **given.get("decode", {}))

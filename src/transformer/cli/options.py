@@ -59,11 +59,14 @@ def parse(
 ) -> tuple[argparse.Namespace, dict[str, dict]]:
     """(the command's own options, {section: {key: value}} of the config keys given)."""
     args, files = section_files(normalize(argv, sections), sections)
+    unknown = unknown_option(args, parser)
+    if unknown is not None:
+        raise UserError(unknown)
     try:
         given = parser.parse_args(args, defaults=False).as_dict()
         everything = parser.parse_args(args).as_dict()
     except argparse.ArgumentError as error:
-        raise UserError(one_line(str(error), parser)) from None
+        raise UserError(one_line(str(error))) from None
     config = {section: given[section] for section in COMMAND_SECTIONS if section in given}
     for section, path in files.items():  # the options given go on top of the file's keys
         config[section] = {**read_section(path, section, COMMAND_SECTIONS[section]),
@@ -95,9 +98,36 @@ def section_file_help(section: str) -> str:
             f"--{section}.KEY options go on top")  # fmt: skip
 
 
-def one_line(message: str, parser: ArgumentParser) -> str:
-    """An argparse / jsonargparse message on one line, with a suggestion for a misspelling."""
+def option_names(parser: ArgumentParser) -> list[str]:
+    """Every long option ``parser`` takes: ``--out``, ``--train.max_steps``, ..."""
+    return [name for action in parser._actions for name in action.option_strings
+            if name.startswith("--")]  # fmt: skip
+
+
+def unknown_option(args: list[str], parser: ArgumentParser) -> str | None:
+    """The message for the first option in ``args`` that ``parser`` does not take, with the
+    closest one it does take; None if it takes them all."""
+    known = option_names(parser)
+    for arg in args:
+        if arg == "--":
+            return None
+        given = arg.partition("=")[0]
+        if not arg.startswith("--") or given in known:
+            continue
+        by_name = {option.rpartition(".")[2].lstrip("-"): option for option in known}
+        name = given.lstrip("-").replace("-", "_")
+        close = difflib.get_close_matches(name, by_name, n=1)
+        suggestion = by_name[close[0]] if close else next(
+            iter(difflib.get_close_matches(given, known, n=1)), None)  # fmt: skip
+        hint = f"; did you mean {suggestion}?" if suggestion else ""
+        return f"unknown option {given}{hint} (see --help)"
+    return None
+
+
+def one_line(message: str) -> str:
+    """A jsonargparse message on one line; a value of the wrong type says what was expected."""
     text = " ".join(message.split())
+    # jsonargparse's message is the only place that names the key and the value it refused.
     wrong_type = re.match(
         r'Parser key "(.+?)": Expected a <class \'(\w+)\'>\. Got value: (.*)', text
     )
@@ -105,16 +135,6 @@ def one_line(message: str, parser: ArgumentParser) -> str:
         key, expected, value = wrong_type.groups()
         finite = expected == "float" and value.strip().lower().lstrip("+-") in ("nan", "inf")
         text = f"--{key} must be {'a finite number' if finite else expected}, got {value!r}"
-    if text.startswith("unrecognized arguments:"):
-        unknown = text.split(":", 1)[1].split()[0]
-        known = re.findall(r"--[\w.-]+", parser.format_help())
-        by_name = {option.rpartition(".")[2].lstrip("-"): option for option in known}
-        name = unknown.split("=")[0].lstrip("-").replace("-", "_")
-        close = difflib.get_close_matches(name, by_name, n=1) or difflib.get_close_matches(
-            unknown.split("=")[0], known, n=1
-        )
-        suggestion = by_name.get(close[0], close[0]) if close else None
-        text = f"unknown option {unknown}" + (f"; did you mean {suggestion}?" if close else "")
     return f"{text} (see --help)"
 
 

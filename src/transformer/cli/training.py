@@ -8,11 +8,11 @@ from pathlib import Path
 
 from jsonargparse import ArgumentParser
 
-from ..config import RunConfig, build_config, builtin_configs, load_config
+from ..config import RunConfig, build_config, builtin_configs, load_config, merge
 from ..errors import UserError
 
 
-def _info_options(p: ArgumentParser) -> None:
+def info_options(p: ArgumentParser) -> None:
     p.add_argument("model_dir", nargs="?", help="a model directory (or one of its checkpoint "
                    "folders) to describe; without it, the model the options describe")  # fmt: skip
     p.add_argument("--model.preset", help="tiny, small, base (default) or big")
@@ -20,10 +20,10 @@ def _info_options(p: ArgumentParser) -> None:
                    help="which checkpoint of a model directory")  # fmt: skip
 
 
-def _info(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+def info_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..export.folder import is_export, read_export
     from ..inspect.info import describe
-    from ..model_dir import read_config, resolve_checkpoint
+    from ..model_dir.checkpoints import read_config, resolve_checkpoint
 
     if ns.model_dir is None:
         print(describe(load_config(None, given).model))
@@ -38,7 +38,7 @@ def _info(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     print(f"{folder}\n{describe(read_config(folder).model)}")
 
 
-def _train_options(p: ArgumentParser) -> None:
+def train_options(p: ArgumentParser) -> None:
     p.add_argument("--config", help=f"a YAML file, or a built-in config: {builtin_configs()}")
     p.add_argument("--model.preset", help="tiny, small, base (default) or big")
     p.add_argument("--out", help="model directory (default: runs/CORPUS-SRC-TGT)")
@@ -47,7 +47,7 @@ def _train_options(p: ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def _train(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+def train_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..training.loop import train
 
     config, out = run_config(ns, given)
@@ -72,8 +72,7 @@ def _train(ns: argparse.Namespace, given: dict[str, dict]) -> None:
 def run_config(ns: argparse.Namespace, given: dict[str, dict]) -> tuple[RunConfig, Path]:
     """The run's config (--config, or the saved one on --resume, with the options on top) and
     its model directory."""
-    from ..files import check_replaceable
-    from ..training.rundir import RunDir
+    from ..model_dir.runs import default_run_folder, resumed_config
 
     data = given.get("data", {})
     if "src" in data and "corpus" not in data:
@@ -81,22 +80,14 @@ def run_config(ns: argparse.Namespace, given: dict[str, dict]) -> tuple[RunConfi
     if ns.resume and ns.config is None:
         if ns.out is None:
             raise UserError("--resume needs --out DIR (the run to continue)")
-        check_replaceable(ns.out, "run")  # before its config is read (train checks it again)
-        base = RunDir(ns.out).saved_config().to_dict()
-        config = build_config(_merged(base, given), f"{ns.out} with the options")
+        saved = resumed_config(ns.out).to_dict()
+        config = build_config(merge(saved, given), f"{ns.out} with the options")
     else:
         config = load_config(ns.config, given)
-    if ns.out is not None:
-        return config, Path(ns.out)
-    d = config.data
-    return config, Path("runs") / f"{d.corpus or 'custom'}-{d.src_lang}-{d.tgt_lang}"
+    return config, Path(ns.out) if ns.out is not None else default_run_folder(config)
 
 
-def _merged(values: dict, given: dict) -> dict:
-    return {s: {**values.get(s, {}), **given.get(s, {})} for s in {*values, *given}}
-
-
-def _demo_options(p: ArgumentParser) -> None:
+def demo_options(p: ArgumentParser) -> None:
     from ..demo import DEMOS
 
     p.add_argument("--corpus", default="numbers", choices=list(DEMOS),
@@ -110,7 +101,7 @@ def _demo_options(p: ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def _demo(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+def demo_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..demo import run_demo
 
     overrides: dict[str, dict] = {"runtime": given.get("runtime", {})}
@@ -120,13 +111,13 @@ def _demo(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     run_demo(out, progress=not ns.quiet, overrides=overrides, corpus=ns.corpus)
 
 
-def _average_options(p: ArgumentParser) -> None:
+def average_options(p: ArgumentParser) -> None:
     p.add_argument("model_dir", help="model directory")
     p.add_argument("--last", type=int, default=5, help="how many checkpoints")
 
 
-def _average(ns: argparse.Namespace, given: dict[str, dict]) -> None:
-    from ..training.average import average_last
+def average_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+    from ..model_dir.checkpoints import average_last
 
     folder = average_last(Path(ns.model_dir), ns.last)
     print(f"averaged the last {ns.last} checkpoints into {folder}")

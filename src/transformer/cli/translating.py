@@ -17,7 +17,7 @@ from ..serve.config import ServeConfig
 from .options import engine_options, model_options, runtime_of
 
 
-def _translate_options(p: ArgumentParser) -> None:
+def translate_options(p: ArgumentParser) -> None:
     model_options(p)
     engine_options(p)
     p.add_argument("--input", "-i", help="file to translate, or - (default: standard input)")
@@ -27,9 +27,9 @@ def _translate_options(p: ArgumentParser) -> None:
                    "translation starts with its line (an empty line: none)")  # fmt: skip
 
 
-def _translate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+def translate_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_engine
-    from .jobs import standard_streams, translate_file
+    from ..inference.jobs import standard_streams, translate_file
 
     source = None if ns.input in (None, STDOUT) else ns.input
     reads = {"--input": source, "--prefix": ns.prefix, "MODEL_DIR": ns.model_dir}
@@ -47,7 +47,7 @@ def _warn(command: str) -> Callable[[str], None]:
     return warn
 
 
-def _score_options(p: ArgumentParser) -> None:
+def score_options(p: ArgumentParser) -> None:
     model_options(p)
     engine_options(p)
     p.add_argument("--src", required=True, help="source sentences, one per line")
@@ -56,9 +56,9 @@ def _score_options(p: ArgumentParser) -> None:
                    "standard output); not a device, nor a file in a model's folder")  # fmt: skip
 
 
-def _score(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+def score_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_engine
-    from .jobs import score_file, standard_streams
+    from ..inference.jobs import score_file, standard_streams
 
     reads = {"--src": ns.src, "--ref": ns.ref, "MODEL_DIR": ns.model_dir}
     output = check_output(ns.output, "--output", reads)
@@ -68,7 +68,7 @@ def _score(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     score_file(engine, ns.src, ns.ref, output, stdout, _warn("score"))
 
 
-def _evaluate_options(p: ArgumentParser) -> None:
+def evaluate_options(p: ArgumentParser) -> None:
     model_options(p)
     engine_options(p)
     p.add_argument("--src", help="source sentences, one per line (default: the run's test split)")
@@ -78,9 +78,9 @@ def _evaluate_options(p: ArgumentParser) -> None:
     p.add_argument("--lowercase", action="store_true", help="also report lowercased BLEU")
 
 
-def _evaluate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+def evaluate_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_engine
-    from .jobs import evaluate, hypotheses_path
+    from ..inference.jobs import evaluate, hypotheses_path
 
     output = hypotheses_path(ns.output, ns.src, ns.ref, ns.model_dir)
     engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
@@ -91,7 +91,7 @@ def _evaluate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     print("\n".join(found.lines()))
 
 
-def _export_options(p: ArgumentParser) -> None:
+def export_options(p: ArgumentParser) -> None:
     from ..export.folder import QUANTIZATIONS
 
     model_options(p)
@@ -103,7 +103,7 @@ def _export_options(p: ArgumentParser) -> None:
                    "only")  # fmt: skip
 
 
-def _export(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+def export_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..export.folder import export_model
 
     if ns.to == "huggingface":
@@ -121,7 +121,7 @@ def _export(ns: argparse.Namespace, given: dict[str, dict]) -> None:
           f"--engine ctranslate2")  # fmt: skip
 
 
-def _explain_options(p: ArgumentParser) -> None:
+def explain_options(p: ArgumentParser) -> None:
     from ..inspect.explain import TOPICS
 
     p.add_argument("model_dir", nargs="?", help="a model directory: step SENTENCE through it "
@@ -136,7 +136,7 @@ def _explain_options(p: ArgumentParser) -> None:
     p.add_argument("--no-color", action="store_true", help="no ANSI colours on a terminal")
 
 
-def _explain(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+def explain_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     if ns.model_dir is None:
         if ns.html or given:
             raise UserError("--html and the search options need MODEL_DIR and SENTENCE: "
@@ -165,7 +165,7 @@ def _explain(ns: argparse.Namespace, given: dict[str, dict]) -> None:
         print(f"  (cut to fit: {cut})")
 
 
-def _attention_options(p: ArgumentParser) -> None:
+def attention_options(p: ArgumentParser) -> None:
     model_options(p)
     p.add_argument("sentence", help="the source sentence")
     p.add_argument("--out", default="attention", help="output folder (not inside a model's)")
@@ -174,7 +174,7 @@ def _attention_options(p: ArgumentParser) -> None:
     p.add_argument("--html", action="store_true", help="also write a single-file HTML report")
 
 
-def _attention(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+def attention_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_torch_engine
     from ..inspect.attention import attention_job
 
@@ -186,7 +186,7 @@ def _attention(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     print("\n".join(lines))
 
 
-def _compare_options(p: ArgumentParser) -> None:
+def compare_options(p: ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", help="the training runs (model directories) to compare")
     p.add_argument("--out", required=True, help="the report's folder: new, empty, or an earlier "
                    "report (replaced)")  # fmt: skip
@@ -194,7 +194,7 @@ def _compare_options(p: ArgumentParser) -> None:
                    help="which checkpoint of each run")  # fmt: skip
 
 
-def _compare(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+def compare_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inspect.compare import compare_runs
     from ..inspect.compare_report import check_report_folder, write_report
 
@@ -206,12 +206,12 @@ def _compare(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     print(f"compared {len(found.runs)} runs on the {found.test}; report: {files[0]}")
 
 
-def _serve_options(p: ArgumentParser) -> None:
+def serve_options(p: ArgumentParser) -> None:
     model_options(p)
     engine_options(p)
 
 
-def _serve(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+def serve_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     try:
         from ..serve.server import serve
     except ModuleNotFoundError as error:  # the optional extra is not installed

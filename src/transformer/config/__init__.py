@@ -10,7 +10,7 @@ service's own config, ``ServeConfig``, lives with the service (``serve/config.py
 
 from .data import TOKENIZER_KINDS, DataConfig
 from .decode import DecodeConfig
-from .files import build_config, builtin_configs, load_config, read_yaml
+from .files import build_config, builtin_configs, load_config, merge, read_yaml, sectioned
 from .model import MODEL_PRESETS, POSITIONAL_KINDS, RNN_KEYS, ModelConfig
 from .run import SECTIONS, RunConfig
 from .runtime import PRECISIONS, RuntimeConfig
@@ -19,5 +19,5 @@ from .train import TrainConfig
 __all__ = [
     "MODEL_PRESETS", "POSITIONAL_KINDS", "PRECISIONS", "RNN_KEYS", "SECTIONS", "TOKENIZER_KINDS",
     "DataConfig", "DecodeConfig", "ModelConfig", "RunConfig", "RuntimeConfig", "TrainConfig",
-    "build_config", "builtin_configs", "load_config", "read_yaml",
+    "build_config", "builtin_configs", "load_config", "merge", "read_yaml", "sectioned",
 ]  # fmt: skip

@@ -59,6 +59,27 @@ def build_config(values: dict, origin: str = "config") -> RunConfig:
     return RunConfig(**built)
 
 
+def sectioned(keys: dict[str, object]) -> dict[str, dict[str, object]]:
+    """{section: {key: value}} from keys named as on the command line: ``train.max_steps``, or
+    without the section (``max_steps``, ``preset``), every key being unique across sections.
+
+    ``load_config(None, sectioned({"preset": "tiny", "max_steps": 20}))`` is the config of
+    ``transformer train --preset tiny --max_steps 20``. An unknown key is an error naming it."""
+    sections = {f.name: name for name, cls in SECTIONS.items() for f in fields(cls)}
+    sections["preset"] = "model"
+    values: dict[str, dict[str, object]] = {}
+    for key, value in keys.items():
+        section, dot, name = key.rpartition(".")
+        if not dot:
+            if key not in sections:
+                close = difflib.get_close_matches(key, sections, n=1)
+                hint = f"; did you mean {close[0]}?" if close else ""
+                raise BadValue(f"unknown config key {key}{hint}")
+            section = sections[key]
+        values.setdefault(section, {})[name] = value
+    return values
+
+
 def merge(values: dict, overrides: dict) -> dict:
     """``values`` with the {section: {key: value}} of ``overrides`` on top."""
     merged = {section: dict(body or {}) for section, body in (values or {}).items()}

@@ -25,11 +25,11 @@ import sentencepiece as spm
 from ..config import DataConfig
 from ..errors import UserError
 from ..files import remove_tree, write_bytes
+from ..model_dir.layout import TOKENIZER
 from ..reading import read_bytes
 from ..vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from .vocab_tokenizer import PIECES_SUFFIX, VocabTokenizer
 
-TOKENIZER_DIR = "tokenizer"
 JOINT_MODEL, SRC_MODEL, TGT_MODEL = "joint.model", "src.model", "tgt.model"
 SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
 
@@ -208,7 +208,7 @@ class Tokenizers:
     def save(self, model_dir: Path) -> None:
         """Writes ``joint.model``, or ``src.model`` + ``tgt.model`` (each with its
         ``.pieces.json`` for VocabTokenizers), atomically, removing any other layout's files."""
-        folder = Path(model_dir) / TOKENIZER_DIR
+        folder = Path(model_dir) / TOKENIZER
         folder.mkdir(parents=True, exist_ok=True)
         sides = {"joint": self.src} if self.joint else {"src": self.src, "tgt": self.tgt}
         written = set()
@@ -232,7 +232,7 @@ class Tokenizers:
         Args:
             model_dir: the model's folder (the one holding ``tokenizer/``).
         """
-        folder = Path(model_dir) / TOKENIZER_DIR
+        folder = Path(model_dir) / TOKENIZER
         if (folder / JOINT_MODEL).is_file():
             joint = Tokenizer.load(folder / JOINT_MODEL)
             return cls(joint, joint)

@@ -28,18 +28,14 @@ from ..config import RunConfig, build_config
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..files import check_replaceable, mark_folder, replace_folder
-from ..folder_kinds import folder_kind, marker_name
 from ..model.transformer import Transformer
-from ..model_dir import load_checkpoint, model_dir_of
+from ..model_dir.checkpoints import load_checkpoint
+from ..model_dir.layout import folder_kind, marker_name, model_dir_of
 from ..reading import in_range, read_json, typed
 from .spec import check_expressible, import_ctranslate2, transformer_spec
 
 MARKER = marker_name("export")  # transformer-export.json
 FORMAT = "transformer/ctranslate2"
-# What an export made before the marker listed its files holds.
-MADE_BEFORE = frozenset({"model.bin", "config.json", "shared_vocabulary.json",
-                         "source_vocabulary.json", "target_vocabulary.json", "tokenizer",
-                         MARKER})  # fmt: skip
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "bfloat16")
 
 
@@ -50,9 +46,7 @@ class ExportInfo:
     config: RunConfig  # the run's config: the model, its data (test split) and decode settings
     quantization: str
     source: str  # the checkpoint folder it was exported from
-    # heads of the last decoder layer its attention averages (CTranslate2's alignment_heads);
-    # exports written before word alignments existed have CTranslate2's default, 1
-    alignment_heads: int = 1
+    alignment_heads: int  # heads of the last decoder layer its attention averages (CTranslate2's)
 
 
 def is_export(path: Path) -> bool:
@@ -71,7 +65,7 @@ def read_export(path: Path) -> ExportInfo:
     if quantization not in QUANTIZATIONS:
         raise UserError(f"{origin}: quantization = {quantization!r}, expected one of "
                         f"{', '.join(QUANTIZATIONS)}")  # fmt: skip
-    heads = typed(values, "alignment_heads", int, origin, 1)
+    heads = typed(values, "alignment_heads", int, origin)
     in_range(heads, 1, config.model.n_heads, origin, "alignment_heads", "the model's heads")
     return ExportInfo(config, quantization, typed(values, "source", str, origin), heads)
 
@@ -118,16 +112,16 @@ def export_model(
     tokenizers = Tokenizers.load(model_dir_of(loaded.path))
     with export_folder(out, model_dir) as staging:
         save_model(loaded.model, tokenizers, loaded.config, staging, quantization, str(loaded.path))
-    return ExportInfo(loaded.config, quantization, str(loaded.path))
+    return ExportInfo(loaded.config, quantization, str(loaded.path), loaded.config.model.n_heads)
 
 
 def check_export_replaceable(out: Path, model_dir: str | Path) -> None:
     """OUT may be missing, an empty folder, or an earlier export holding only what it made, and
     lie inside no project folder nor inside MODEL_DIR (``files.check_replaceable``)."""
-    check_replaceable(out, "export", "OUT", {"MODEL_DIR": model_dir}, MADE_BEFORE)
+    check_replaceable(out, "export", "OUT", {"MODEL_DIR": model_dir})
 
 
 def export_folder(out: Path, model_dir: str | Path) -> AbstractContextManager[Path]:
     """The folder to build an export of ``model_dir`` in; renamed to ``out`` when the block
     ends, which must mark it (``files.replace_folder``)."""
-    return replace_folder(out, "export", "OUT", {"MODEL_DIR": model_dir}, MADE_BEFORE)
+    return replace_folder(out, "export", "OUT", {"MODEL_DIR": model_dir})

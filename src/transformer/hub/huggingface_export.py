@@ -34,7 +34,9 @@ from ..data.tokenizer import Tokenizers
 from ..export.folder import check_export_replaceable, export_folder
 from ..files import mark_folder, write_bytes, write_json_atomic, write_text
 from ..model.build import build_model
-from ..model_dir import CONFIG, WEIGHTS, model_dir_of, read_config, resolve_checkpoint, weights_of
+from ..model_dir.checkpoints import read_config, resolve_checkpoint
+from ..model_dir.layout import CONFIG, WEIGHTS, model_dir_of
+from ..model_dir.weights import weights_of
 from ..vocab import BOS_ID
 from .marian_config import check_exportable, generation_config, marian_config
 from .marian_vocab import marian_from_ours, vocab_json

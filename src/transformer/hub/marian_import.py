@@ -36,18 +36,12 @@ from ..data.tokenizer import Tokenizers
 from ..data.vocab_tokenizer import VocabTokenizer
 from ..errors import BadValue, UserError
 from ..files import check_replaceable, mark_folder, replace_folder, write_json_atomic
-from ..folder_kinds import marker_name
 from ..model.build import check_memory
 from ..model.embeddings import sinusoidal_table
 from ..model.transformer import Transformer
-from ..model_dir import (
-    CHECKPOINTS,
-    CONFIG,
-    WEIGHTS,
-    check_weights_finite,
-    model_state,
-    update_index,
-)
+from ..model_dir.checkpoints import update_index
+from ..model_dir.layout import CHECKPOINTS, CONFIG, WEIGHTS, marker_name, step_name
+from ..model_dir.weights import check_weights_finite, model_state
 from ..reading import in_range, read_bytes, read_json, typed
 from .marian_config import MarianModel, model_config
 from .marian_vocab import Rows, ours_from_marian, read_vocab
@@ -56,13 +50,11 @@ from .tensor_files import WeightFile, write_safetensors
 
 MARKER = marker_name("import")  # transformer-import.json
 FORMAT = "transformer/marian-import"
-CHECKPOINT = "step_00000000"
+CHECKPOINT = step_name(0)
 HUB_HINT = "pip install 'transformer[hub]' (or pip install huggingface_hub)"
 HUB_NAME = re.compile(r"[\w.-]+/[\w.-]+")
 # What snapshot_download fetches: never the TensorFlow, Flax or Rust copies of the weights.
 HUB_FILES = ["*.json", "*.spm", "model.safetensors"]
-# What an import made before its marker listed its entries.
-MADE_BEFORE = frozenset({CONFIG, "tokenizer", CHECKPOINTS, MARKER})
 MAX_BEAMS = 1024  # the widest default beam an import takes from generation_config.json
 
 
@@ -94,7 +86,7 @@ def import_marian(source: str, out: str | Path, **decode: object) -> ImportInfo:
         decode: DecodeConfig fields saved as the imported model's default search.
     """
     out = Path(out)
-    check_replaceable(out, "import", "OUT", {}, MADE_BEFORE)
+    check_replaceable(out, "import", "OUT", {})
     folder = local_folder(source)
     marian = read_marian(folder)
     model, tokenizers = marian.model, marian.tokenizers
@@ -109,7 +101,7 @@ def import_marian(source: str, out: str | Path, **decode: object) -> ImportInfo:
     data = DataConfig(corpus=None, src_lang=src_lang, tgt_lang=tgt_lang,
                       joint_vocab=model.model.share_embeddings)  # fmt: skip
     config = RunConfig(model=model.model, data=data, decode=search)
-    with replace_folder(out, "import", "OUT", {}, MADE_BEFORE) as staging:
+    with replace_folder(out, "import", "OUT", {}) as staging:
         tokenizers.save(staging)
         checkpoint = staging / CHECKPOINTS / CHECKPOINT
         checkpoint.mkdir(parents=True)

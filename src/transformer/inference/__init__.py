@@ -1,7 +1,8 @@
 """From a trained model to translations: the search primitives and rules (prefix, minimum
 length, n-gram and repetition controls), greedy search and sampling, beam search, batching and
 text in / text out, word alignments, the engines (ours and CTranslate2's) behind one interface,
-the model's log-probability of given pairs, and scoring with sacreBLEU."""
+the model's log-probability of given pairs, scoring with sacreBLEU, and the jobs that run an
+engine over files (translate, evaluate, score: jobs.py)."""
 
 from .beam import beam_search
 from .engine import Engine, TorchEngine, load_engine, load_torch_engine

@@ -71,7 +71,8 @@ from ..errors import UserError
 from ..export.folder import is_export, read_export, save_model
 from ..export.spec import import_ctranslate2
 from ..model.build import build_model, require_transformer
-from ..model_dir import load_checkpoint, model_dir_of
+from ..model_dir.checkpoints import load_checkpoint
+from ..model_dir.layout import model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .score import ScoreResult, score_with
 from .search import Hypothesis, Stopped, gnmt_length_penalty, output_length_limits

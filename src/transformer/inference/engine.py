@@ -21,7 +21,8 @@ from ..data.tokenizer import Tokenizers
 from ..device import autocast, prepare_runtime, resolve_precision
 from ..errors import UserError
 from ..model.build import Seq2Seq
-from ..model_dir import load_checkpoint, model_dir_of
+from ..model_dir.checkpoints import load_checkpoint
+from ..model_dir.layout import model_dir_of
 from .score import ScoreResult, score_ids, score_with
 from .search import Stopped
 from .translate import TranslationResult, tokenizers_for, translate

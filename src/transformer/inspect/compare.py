@@ -37,10 +37,10 @@ from ..data.corpora import load_splits
 from ..errors import UserError
 from ..inference.engine import load_torch_engine
 from ..model.build import Seq2Seq
-from ..model_dir import read_config, resolve_checkpoint
+from ..model_dir.checkpoints import read_config, resolve_checkpoint
+from ..model_dir.layout import METRICS
+from ..model_dir.runs import RunDir, read_metrics
 from ..reading import typed
-from ..training.metrics import read_metrics
-from ..training.rundir import RunDir
 from ..vocab import BOS_ID, EOS_ID
 
 LENGTHS = (8, 16, 32, 64, 128)  # sentence lengths of the forward-pass timing
@@ -99,7 +99,7 @@ def check_run(path: Path) -> None:
         raise UserError(f"{path} is not a folder; compare takes training runs (model directories)")
     resolve_checkpoint(path)  # "holds no checkpoint" when it is not a run
     if not RunDir(path).metrics.is_file():
-        raise UserError(f"{path} has no {RunDir.METRICS}: compare needs the training log of a run")
+        raise UserError(f"{path} has no {METRICS}: compare needs the training log of a run")
 
 
 def length_buckets(lengths: list[int], count: int = BUCKETS) -> list[tuple[int, int]]:

@@ -32,7 +32,7 @@ from ..files import (
     write_json_atomic,
     write_text,
 )
-from ..folder_kinds import marker_name
+from ..model_dir.layout import marker_name
 from .compare import Comparison
 from .visualize import figure_bytes
 
@@ -41,20 +41,18 @@ MARKER = marker_name("report")  # transformer-report.json
 FORMAT = "transformer/compare"
 PLOTS = ("bleu_by_length", "forward_time", "training_speed")
 FORMATS = ("png", "svg")
-# What a report made before it had a marker listing its files.
-MADE_BEFORE = frozenset({"report.md", NUMBERS, *(f"{p}.{f}" for p in PLOTS for f in FORMATS)})
 
 
 def check_report_folder(out: Path) -> None:
     """OUT may be missing, an empty folder, or an earlier report holding only what it made, and
     lie inside no project folder (the runs compared are project folders too)."""
-    check_replaceable(out, "report", "--out", {}, MADE_BEFORE)
+    check_replaceable(out, "report", "--out", {})
 
 
 def write_report(comparison: Comparison, out: Path) -> list[Path]:
     """Writes the report into ``out`` (see the module docstring); returns the files, in ``out``."""
     names = [f"{plot}.{fmt}" for plot in PLOTS for fmt in FORMATS]
-    with replace_folder(out, "report", "--out", {}, MADE_BEFORE) as staging:  # replaced whole
+    with replace_folder(out, "report", "--out", {}) as staging:  # replaced whole
         figures = (bleu_figure(comparison), forward_figure(comparison), speed_figure(comparison))
         with rc_context({"svg.fonttype": "none"}):  # SVG text stays text
             for plot, figure in zip(PLOTS, figures, strict=True):

@@ -17,7 +17,7 @@ from ..config import DecodeConfig
 from ..errors import UserError
 from ..files import check_output, write_bytes
 from ..inference.engine import TorchEngine
-from ..model_dir import model_dir_of
+from ..model_dir.layout import model_dir_of
 from .step_view import step_view
 from .trace import trace_sentence
 

@@ -1,15 +1,10 @@
-"""Training: the run's folder and its lock, data preparation, the loss, the optimizer and
-learning-rate schedule, validation, resuming and pruning checkpoints, and the resumable loop
-itself. (Reading and writing a model directory is ``model_dir.py``'s, outside training.)"""
+"""Training: data preparation, the loss, the optimizer and learning-rate schedule, validation,
+and the resumable loop itself. (The run's folder, its checkpoints and their averaging are the
+model directory's, ``model_dir/``, which reading a model needs without the training code.)"""
 
-from .average import average_last
 from .loop import TrainResult, train
 from .loss import label_smoothed_nll
 from .optimizer import make_optimizer
-from .rundir import RunDir
 from .schedule import inverse_sqrt_lr
 
-__all__ = [
-    "RunDir", "TrainResult", "average_last", "inverse_sqrt_lr", "label_smoothed_nll",
-    "make_optimizer", "train",
-]  # fmt: skip
+__all__ = ["TrainResult", "inverse_sqrt_lr", "label_smoothed_nll", "make_optimizer", "train"]

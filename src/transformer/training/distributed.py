@@ -18,6 +18,8 @@ gradient of one process that saw every batch of the step.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -26,6 +28,11 @@ import torch
 import torch.distributed as dist
 
 T = TypeVar("T")
+
+
+class PeerLost(Exception):
+    """Another process of the job stopped answering while this one waited for it (it crashed or
+    was killed, or a collective timed out); the error that said so is its ``__cause__``."""
 
 
 @dataclass(frozen=True)
@@ -48,16 +55,34 @@ class World:
     def __str__(self) -> str:
         return f"rank {self.rank} of {self.size}"
 
+    @contextmanager
+    def talking(self) -> Iterator[None]:
+        """A block that waits for the other processes (a collective, DDP's gradient all-reduce
+        in ``backward``). gloo and NCCL report a rank that died or timed out as a RuntimeError
+        (``torch.distributed.DistError`` is one), so one raised here is ``PeerLost``; running out
+        of memory is still itself."""
+        if not self.distributed:
+            yield
+            return
+        try:
+            yield
+        except torch.OutOfMemoryError:
+            raise
+        except RuntimeError as error:
+            raise PeerLost(str(error)) from error
+
     def barrier(self) -> None:
         if self.distributed:
-            dist.barrier()
+            with self.talking():
+                dist.barrier()
 
     def broadcast(self, value: T) -> T:
         """Rank 0's ``value``, on every rank (any picklable object)."""
         if not self.distributed:
             return value
         box = [value]
-        dist.broadcast_object_list(box, src=0)
+        with self.talking():
+            dist.broadcast_object_list(box, src=0)
         return box[0]
 
     def gather(self, value: Any) -> list[Any]:
@@ -65,7 +90,8 @@ class World:
         if not self.distributed:
             return [value]
         values: list[Any] = [None] * self.size
-        dist.all_gather_object(values, value)
+        with self.talking():
+            dist.all_gather_object(values, value)
         return values
 
     def any(self, flag: bool, device: torch.device) -> bool:
@@ -73,7 +99,8 @@ class World:
         if not self.distributed:
             return flag
         tensor = torch.tensor([int(flag)], device=device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        with self.talking():
+            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
         return bool(tensor.item())
 
     def sum(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -81,7 +108,8 @@ class World:
         if not self.distributed:
             return tensor
         total = tensor.clone()
-        dist.all_reduce(total)
+        with self.talking():
+            dist.all_reduce(total)
         return total
 
 

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from ..errors import UserError
-from ..model_dir import read_index
+from ..model_dir.checkpoints import read_index
 from .distributed import World
 
 

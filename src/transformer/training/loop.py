@@ -13,6 +13,11 @@ SIGKILL) and resumed ends with the same weights, bit for bit on CPU, as an unint
 what it wrote), then every rank runs the same ``run_job``. Fine-tuning (``train.init_from``)
 starts from that model directory's weights with a fresh optimizer and schedule, and validates
 once before the first step, so the log shows where it started (step 0).
+
+``run_job`` is the loop, top to bottom; ``_build`` makes what it trains with (hardware, model,
+optimizer, log), ``_update`` is one optimizer step, ``_validate`` and ``_checkpoint`` are what
+happens at their intervals. A process that stops answering ends the job with one line
+(``LostContact``): the collectives say so by raising ``distributed.PeerLost``.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import logging
 import random
 import shlex
 import signal
-import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -29,30 +33,32 @@ from pathlib import Path
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
-from tqdm import tqdm
 
 from ..config import RunConfig, TrainConfig
 from ..data.batching import example_lengths
 from ..device import autocast, grad_scaler, prepare_runtime, resolve_precision
 from ..errors import Interrupted, LostContact
 from ..files import check_replaceable, remove_tree
-from ..model.build import build_model
-from ..model_dir import (
-    WEIGHTS,
-    load_weights,
+from ..model.build import Seq2Seq, build_model
+from ..model_dir.checkpoints import (
+    load_trainer_state,
+    prune_checkpoints,
     resolve_checkpoint,
+    resume_point,
     save_checkpoint,
     update_index,
 )
-from .checkpoint import load_trainer_state, prune_checkpoints, resume_point
+from ..model_dir.layout import WEIGHTS, step_name
+from ..model_dir.runs import Destination, RunDir
+from ..model_dir.weights import load_weights
 from .chunked_loss import TrainingLoss
-from .distributed import World, finish, init, shard, world_from_env
+from .distributed import PeerLost, World, finish, init, shard, world_from_env
 from .divergence import Divergence
 from .loss import impossible_tokens
 from .metrics import Meter, MetricsLog, NoLog
 from .optimizer import clip_gradients, make_optimizer
 from .prepare import Prepared, prepare, save
-from .rundir import Destination, RunDir
+from .progress import Progress
 from .schedule import learning_rate, set_learning_rate
 from .signals import StopRequests
 from .state import TrainerState, selection_score
@@ -97,8 +103,8 @@ def train(
     overwrite: bool = False,
     progress: bool = True,
 ) -> TrainResult:
-    """Trains a model into ``out_dir`` (see rundir.py for its layout), in this process or, when
-    started by torchrun, in several (distributed.py).
+    """Trains a model into ``out_dir`` (a run's folder: ``model_dir/runs.py``), in this process
+    or, when started by torchrun, in several (distributed.py).
 
     Nothing the user has is lost: ``out_dir`` is locked against a second training, everything
     is validated before anything is written, and ``overwrite`` keeps the old run until the new
@@ -124,10 +130,9 @@ def train(
             data = Prepared.written(config, run)
             return run_job(Job(data, Destination(run, False), saved, resume, False, world, device))
         return _prepare_and_run(config, RunDir(out_dir), resume, overwrite, progress, world, device)
-    except (torch.distributed.DistError, RuntimeError) as error:
-        if not (world.distributed and _lost_contact(error)):
-            raise
-        reason = str(error).strip().splitlines()[0].split("] ")[-1]  # gloo's source path cut
+    except (PeerLost, torch.distributed.DistError) as error:
+        cause = error.__cause__ or error  # what gloo or NCCL said
+        reason = str(cause).strip().splitlines()[0].split("] ")[-1]  # gloo's source path cut
         raise LostContact(
             f"lost contact with the other processes of the job ({reason[:160]}); the first "
             f"rank that failed says why, and runtime.timeout_minutes="
@@ -136,14 +141,6 @@ def train(
     finally:
         finish(world)
         torch.set_num_threads(threads)
-
-
-def _lost_contact(error: BaseException) -> bool:
-    """Whether ``error`` says another process stopped answering (rather than being a bug)."""
-    if isinstance(error, torch.distributed.DistError):
-        return True
-    text = str(error)
-    return any(word in text for word in ("gloo", "NCCL", "Timed out", "Connection closed"))
 
 
 def _prepare_and_run(
@@ -176,8 +173,94 @@ def _prepare_and_run(
 def run_job(job: Job) -> TrainResult:
     """The loop itself, the same on every rank; only rank 0 writes."""
     data, world, device = job.data, job.world, job.device
+    config, t = data.config, data.config.train
+    p = _build(job)
+    state = p.state
+    first_step = state.step
+    stream = index_stream(data.train, t.max_tokens, t.seed, state.position)
+    target_lengths = example_lengths(data.train)[1]  # decoder-input lengths: tokens per batch
+    console = Progress(t, state.step, job.progress and world.main)
+    if config.runtime.precision == "auto" and world.main:
+        console.say(p.why)  # what auto chose, on the console as in metrics.jsonl
+    if job.saved is None and t.init_from and world.main:  # where fine-tuning starts: step 0
+        validated = validate(p.model, data, config)
+        p.log.write(step=0, **validated)
+        console.validated(0, validated)
+    meter = Meter(device)
+    started = time.perf_counter() - state.elapsed
+    p.model.train()
+    with StopRequests() as stop:
+        while not (
+            _finished(state.step, state.position, t, time.perf_counter() - started)
+            or _out_of_patience(state, t)  # a resumed run that had stopped early stays stopped
+        ):
+            state.step += 1
+            lr = learning_rate(state.step, time.perf_counter() - started, config.model.width, t)
+            set_learning_rate(p.optimizer, lr)
+            group = []  # the step's batches, the same on every rank
+            for _ in range(t.accumulate * world.size):
+                state.position, indices = next(stream)
+                group.append(indices)
+            # The step's target tokens, counted on the CPU (no device sync), over every rank.
+            n_tokens = sum(int(target_lengths[indices].sum()) for indices in group)
+            grad_norm = _update(job, p, shard(group, world), n_tokens, meter)
+            console.stepped()
+            if state.step % t.log_every == 0:
+                p.watch.check(job.out.current.checkpoints, world)
+                row = {"step": state.step, "epoch": state.position.epoch,
+                       **meter.summary(world), "lr": lr, "grad_norm": float(grad_norm)}  # fmt: skip
+                p.log.write(**row)
+                console.logged(row, lr)
+                meter = Meter(device)
+
+            done = _finished(state.step, state.position, t, time.perf_counter() - started)
+            done = world.any(done, device)  # a time limit: every rank stops at the same step
+            stopping = world.any(stop.requested, device)
+            improved = False
+            if state.step % t.validate_every == 0 or done:
+                improved = _validate(job, p, console)
+                done = done or _out_of_patience(state, t)
+            if state.step % t.save_every == 0 or done or improved or stopping:
+                state.elapsed = time.perf_counter() - started
+                saved_to = _checkpoint(job, p, is_best=improved)
+            if stopping:
+                console.close()
+                p.log.write(event="interrupted", step=state.step, signal=stop.name)
+                p.log.close()
+                raise Interrupted(
+                    f"{stop.name} at step {state.step}: saved {saved_to}; continue with: "
+                    f"transformer train --out {shlex.quote(str(job.out.run.root))} --resume",
+                    128 + (stop.signum or signal.SIGTERM),
+                )
+    console.close()
+    state.elapsed = time.perf_counter() - started
+    p.log.write(event="end", step=state.step, seconds=state.elapsed,
+                best_valid_nll=state.best_valid_nll)  # fmt: skip
+    p.log.close()
+    return TrainResult(job.out.run.root, state.step, first_step, state.best_valid_nll,
+                       state.elapsed, _out_of_patience(state, t))  # fmt: skip
+
+
+@dataclass
+class Parts:
+    """What the loop trains with, made once by ``_build``."""
+
+    model: Seq2Seq
+    forward: torch.nn.Module  # the loss fused with the output layer, under DDP when distributed
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    precision: str
+    why: str  # why that precision (what runtime.precision auto chose)
+    state: TrainerState
+    log: MetricsLog | NoLog
+    watch: Divergence  # NaN and infinity in the loss and the gradients
+
+
+def _build(job: Job) -> Parts:
+    """The hardware, chosen once (device.py: precision, scaler, compile, DDP), the model (its
+    starting weights: fine-tuning's, or the checkpoint resumed), the optimizer and the log."""
+    data, world, device = job.data, job.world, job.device
     config, t, runtime = data.config, data.config.train, data.config.runtime
-    # The hardware, chosen once (device.py): device, precision, scaler, compile, DDP.
     precision, why = resolve_precision(runtime.precision, device, config.model.d_model)
     scaler = grad_scaler(device, precision)
     torch.manual_seed(t.seed)
@@ -208,139 +291,75 @@ def run_job(job: Job) -> TrainResult:
                              compile=runtime.compile)  # fmt: skip
     forward = DDP(with_loss, device_ids=[device] if device.type == "cuda" else None) if (
         world.distributed) else with_loss  # fmt: skip
-    first_step = state.step
     watch = Divergence(device, check_grad_norm=not scaler.is_enabled())
+    return Parts(model, forward, optimizer, scaler, precision, why, state, log_file, watch)
 
-    def checkpoint(is_best: bool) -> Path:
-        watch.check(job.out.current.checkpoints, world)  # never save weights a NaN has reached
-        name = f"step_{state.step:08d}"
-        trainer = state.to_dict(optimizer, scaler, world)  # every rank's random state
-        if world.main:
-            checkpoints = job.out.current.checkpoints
-            save_checkpoint(checkpoints, name, model, config, trainer)
-            update_index(checkpoints, last=name, **({"best": name} if is_best else {}))
-            job.out.checkpoint_saved()  # an --overwrite run now replaces the old one
-            prune_checkpoints(job.out.current.checkpoints, t.keep_checkpoints)
-        world.barrier()  # the others wait for the checkpoint
-        return job.out.current.checkpoints / name
 
-    stream = index_stream(data.train, t.max_tokens, t.seed, state.position)
-    target_lengths = example_lengths(data.train)[1]  # decoder-input lengths: tokens per batch
-    limit = f"train, at most {t.max_minutes:g} min" if t.max_minutes else "train"
-    # A progress bar on a terminal; elsewhere (CI, a log file) a plain line at every log step,
-    # not a stream of carriage returns.
-    show_bar = job.progress and world.main and sys.stderr.isatty()
-    plain_lines = job.progress and world.main and not show_bar
-    bar = tqdm(total=t.max_steps, initial=state.step, disable=not show_bar, unit="step",
-               desc=limit, dynamic_ncols=True)  # fmt: skip
-    if runtime.precision == "auto" and world.main:
-        bar.write(why)  # what auto chose, on the console as in metrics.jsonl
-    meter = Meter(device)
-    if job.saved is None and t.init_from and world.main:  # where fine-tuning starts: step 0
-        validated = validate(model, data, config)
-        log_file.write(step=0, **validated)
-        bar.write(_describe(0, validated))
-    started = time.perf_counter() - state.elapsed
-    model.train()
-    with StopRequests() as stop:
-        while not (
-            _finished(state.step, state.position, t, time.perf_counter() - started)
-            or _out_of_patience(state, t)  # a resumed run that had stopped early stays stopped
-        ):
-            state.step += 1
-            lr = learning_rate(state.step, time.perf_counter() - started, config.model.width, t)
-            set_learning_rate(optimizer, lr)
-            group = []  # the step's batches, the same on every rank
-            for _ in range(t.accumulate * world.size):
-                state.position, indices = next(stream)
-                group.append(indices)
-            # The step's target tokens, counted on the CPU (no device sync), over every rank.
-            n_tokens = sum(int(target_lengths[indices].sum()) for indices in group)
-            optimizer.zero_grad(set_to_none=True)
-            mine = shard(group, world)
-            for j, indices in enumerate(mine):
-                batch = data.train.batch(indices).to(device)
-                last = j == len(mine) - 1  # DDP averages the gradients after the last one only
-                with nullcontext() if last or not world.distributed else forward.no_sync():
-                    with autocast(device, precision):
-                        sums = forward(batch.src, batch.tgt_in, batch.tgt_out)
-                    scaler.scale(sums.loss * world.size / n_tokens).backward()
-                watch.loss(state.step, sums.loss)
-                meter.add(sums, batch.n_padded)
-            scaler.unscale_(optimizer)
-            grad_norm = clip_gradients(model, t.clip_norm)  # a tensor: read at log steps only
-            watch.grad_norm(state.step, grad_norm)
-            scaler.step(optimizer)
-            scaler.update()
-            bar.update(1)
+def _update(job: Job, p: Parts, mine: list, n_tokens: int, meter: Meter) -> torch.Tensor:
+    """One optimizer step: forward and backward over this rank's batches (``mine``), the loss
+    divided by the step's target tokens on every rank, then clipping and AdamW. Returns the
+    gradient norm (a tensor: read at log steps only)."""
+    world, device, t = job.world, job.device, job.data.config.train
+    p.optimizer.zero_grad(set_to_none=True)
+    for j, indices in enumerate(mine):
+        batch = job.data.train.batch(indices).to(device)
+        last = j == len(mine) - 1  # DDP averages the gradients after the last one only
+        with nullcontext() if last or not world.distributed else p.forward.no_sync():
+            with autocast(device, p.precision):
+                sums = p.forward(batch.src, batch.tgt_in, batch.tgt_out)
+            with world.talking():  # DDP's all-reduce waits for the other ranks
+                p.scaler.scale(sums.loss * world.size / n_tokens).backward()
+        p.watch.loss(p.state.step, sums.loss)
+        meter.add(sums, batch.n_padded)
+    p.scaler.unscale_(p.optimizer)
+    grad_norm = clip_gradients(p.model, t.clip_norm)
+    p.watch.grad_norm(p.state.step, grad_norm)
+    p.scaler.step(p.optimizer)
+    p.scaler.update()
+    return grad_norm
 
-            if state.step % t.log_every == 0:
-                watch.check(job.out.current.checkpoints, world)
-                row = {"step": state.step, "epoch": state.position.epoch,
-                       **meter.summary(world), "lr": lr, "grad_norm": float(grad_norm)}  # fmt: skip
-                log_file.write(**row)
-                bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{row['ppl']:.2f}",
-                                lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_s']:.0f}")  # fmt: skip
-                if plain_lines:
-                    bar.write(f"step {state.step}/{t.max_steps} | loss {row['loss']:.3f} | "
-                              f"ppl {row['ppl']:.2f} | lr {lr:.2e} | "
-                              f"{row['tokens_per_s']:,.0f} tokens/s")  # fmt: skip
-                meter = Meter(device)
 
-            done = _finished(state.step, state.position, t, time.perf_counter() - started)
-            done = world.any(done, device)  # a time limit: every rank stops at the same step
-            stopping = world.any(stop.requested, device)
-            improved = False
-            if state.step % t.validate_every == 0 or done:
-                watch.check(job.out.current.checkpoints, world)
-                if world.main:
-                    validated = validate(model, data, config)
-                    score = selection_score(validated, t.best_metric)
-                    improved = score >= state.best_score  # ties: the later checkpoint
-                    # Patience counts validations without a strictly better score (fairseq's
-                    # --patience does the same); a tie still moves `best` to the later one.
-                    better = score > state.best_score
-                    state.stale_validations = 0 if better else state.stale_validations + 1
-                    state.best_score = max(state.best_score, score)
-                    state.best_valid_nll = min(state.best_valid_nll, validated["valid_nll"])
-                    log_file.write(step=state.step, **validated)
-                    bar.write(_describe(state.step, validated))
-                    if _out_of_patience(state, t):
-                        log_file.write(
-                            event="early_stop",
-                            step=state.step,
-                            patience=t.patience,
-                            best_metric=t.best_metric,
-                            best_score=state.best_score,
-                        )
-                        bar.write(
-                            f"step {state.step}: no better {t.best_metric} in "
-                            f"{t.patience} validations; stopping early (train.patience)"
-                        )
-                    model.train()
-                improved, state.stale_validations = world.broadcast(
-                    (improved, state.stale_validations)
-                )
-                done = done or _out_of_patience(state, t)
-            if state.step % t.save_every == 0 or done or improved or stopping:
-                state.elapsed = time.perf_counter() - started
-                saved_to = checkpoint(is_best=improved)
-            if stopping:
-                bar.close()
-                log_file.write(event="interrupted", step=state.step, signal=stop.name)
-                log_file.close()
-                raise Interrupted(
-                    f"{stop.name} at step {state.step}: saved {saved_to}; continue with: "
-                    f"transformer train --out {shlex.quote(str(job.out.run.root))} --resume",
-                    128 + (stop.signum or signal.SIGTERM),
-                )
-    bar.close()
-    state.elapsed = time.perf_counter() - started
-    log_file.write(event="end", step=state.step, seconds=state.elapsed,
-                   best_valid_nll=state.best_valid_nll)  # fmt: skip
-    log_file.close()
-    return TrainResult(job.out.run.root, state.step, first_step, state.best_valid_nll,
-                       state.elapsed, _out_of_patience(state, t))  # fmt: skip
+def _validate(job: Job, p: Parts, console: Progress) -> bool:
+    """Rank 0 validates and keeps the score (the best, patience); every rank learns whether it
+    improved, which makes this step's checkpoint the best."""
+    config, t, state, world = job.data.config, job.data.config.train, p.state, job.world
+    p.watch.check(job.out.current.checkpoints, world)
+    improved = False
+    if world.main:
+        validated = validate(p.model, job.data, config)
+        score = selection_score(validated, t.best_metric)
+        improved = score >= state.best_score  # ties: the later checkpoint
+        # Patience counts validations without a strictly better score (fairseq's --patience
+        # does the same); a tie still moves `best` to the later one.
+        better = score > state.best_score
+        state.stale_validations = 0 if better else state.stale_validations + 1
+        state.best_score = max(state.best_score, score)
+        state.best_valid_nll = min(state.best_valid_nll, validated["valid_nll"])
+        p.log.write(step=state.step, **validated)
+        console.validated(state.step, validated)
+        if _out_of_patience(state, t):
+            p.log.write(event="early_stop", step=state.step, patience=t.patience,
+                        best_metric=t.best_metric, best_score=state.best_score)  # fmt: skip
+            console.say(f"step {state.step}: no better {t.best_metric} in {t.patience} "
+                        "validations; stopping early (train.patience)")  # fmt: skip
+        p.model.train()
+    improved, state.stale_validations = world.broadcast((improved, state.stale_validations))
+    return improved
+
+
+def _checkpoint(job: Job, p: Parts, is_best: bool) -> Path:
+    """Saves this step's checkpoint (rank 0), points the index at it, prunes the oldest."""
+    world, state, checkpoints = job.world, p.state, job.out.current.checkpoints
+    p.watch.check(checkpoints, world)  # never save weights a NaN has reached
+    name = step_name(state.step)
+    trainer = state.to_dict(p.optimizer, p.scaler, world)  # every rank's random state
+    if world.main:
+        save_checkpoint(checkpoints, name, p.model, job.data.config, trainer)
+        update_index(checkpoints, last=name, **({"best": name} if is_best else {}))
+        job.out.checkpoint_saved()  # an --overwrite run now replaces the old one
+        prune_checkpoints(job.out.current.checkpoints, job.data.config.train.keep_checkpoints)
+    world.barrier()  # the others wait for the checkpoint
+    return job.out.current.checkpoints / name
 
 
 def _out_of_patience(state: TrainerState, t: TrainConfig) -> bool:
@@ -355,12 +374,3 @@ def _finished(step: int, position: Position, t: TrainConfig, seconds: float) -> 
     if t.max_epochs and position.epoch >= t.max_epochs:
         return True
     return bool(t.max_minutes) and seconds >= 60 * t.max_minutes
-
-
-def _describe(step: int, v: dict) -> str:
-    parts = [f"step {step}", f"valid loss {v['valid_loss']:.3f}", f"ppl {v['valid_ppl']:.2f}"]
-    if "valid_bleu" in v:
-        parts.append(f"BLEU {v['valid_bleu']:.1f}")
-    if "valid_exact" in v:
-        parts.append(f"exact {100 * v['valid_exact']:.1f}%")
-    return " | ".join(parts)

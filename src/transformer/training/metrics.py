@@ -1,5 +1,5 @@
 """Training metrics: the running sums between two log lines, and one JSON object per line in
-``metrics.jsonl`` (and TensorBoard if installed)."""
+the run's ``metrics.jsonl`` (and TensorBoard if installed); ``model_dir/runs.py`` reads it."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ from pathlib import Path
 import torch
 
 from ..files import open_log
-from ..reading import parse_json, read_bytes
 from .distributed import World
 from .loss import LossSums
-from .rundir import RunDir
 
 
 class MetricsLog:
@@ -45,15 +43,6 @@ class MetricsLog:
         self.file.close()
         if self.tensorboard is not None:
             self.tensorboard.close()
-
-
-def read_metrics(out_dir: Path) -> list[dict]:
-    """All rows of ``OUT/metrics.jsonl``; a line that is not a JSON object is an error naming
-    it (a NaN loss is not: it is what a diverged step logs)."""
-    path = RunDir(out_dir).metrics
-    lines = read_bytes(path).splitlines()
-    return [parse_json(line, f"{path} line {i}", dict, finite=False)
-            for i, line in enumerate(lines, 1) if line.strip()]  # fmt: skip
 
 
 class NoLog:

@@ -27,9 +27,10 @@ from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..files import remove_tree
 from ..model.build import check_memory
-from ..model_dir import model_dir_of, read_config, resolve_checkpoint
+from ..model_dir.checkpoints import read_config, resolve_checkpoint
+from ..model_dir.layout import model_dir_of
+from ..model_dir.runs import RunDir
 from ..reading import typed
-from .rundir import RunDir
 
 log = logging.getLogger(__name__)
 

@@ -23,16 +23,16 @@ from ..data.corpora import load_splits
 from ..data.readers import read_lines, read_parallel
 from ..errors import UserError
 from ..files import STDOUT, atomic_write, check_output
-from ..inference.alignment import pharaoh
-from ..inference.engine import Engine
-from ..inference.evaluate import (
+from .alignment import pharaoh
+from .engine import Engine
+from .evaluate import (
     ExactMatch,
     Score,
     exact_match,
     references_by_source,
     score_translations,
 )
-from ..inference.translate import Translation, TranslationResult
+from .translate import Translation, TranslationResult
 
 # an engine's translate: (sentences, search or None for its own, prefixes or None)
 Translate = Callable[[list[str], DecodeConfig | None, list[str] | None], TranslationResult]

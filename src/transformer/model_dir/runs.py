@@ -1,14 +1,8 @@
-"""The model directory: one owner for its layout, its lock, and the checks that protect it.
+"""A training run's folder: its paths, its lock, ``--overwrite``, and its log read back.
 
-    OUT/config.json      the RunConfig, with the real vocabulary sizes
-    OUT/tokenizer/       the SentencePiece model(s)
-    OUT/metrics.jsonl    one JSON object per log line / validation
-    OUT/tensorboard/     when tensorboard is installed
-    OUT/checkpoints/     index.json and step_* folders (checkpoint.py)
-    OUT/data/train/      the binarized training set (data/binarized.py)
-    OUT/.lock            held (flock) by the training that writes into OUT
-    OUT/.staging/        a new run that --overwrite builds aside, swapped in at its first checkpoint
-    OUT/transformer-run.json   the marker that says OUT is a run (files.mark_folder)
+A run is a model directory (layout.py) that ``train`` writes into: ``OUT/.lock`` is held (flock)
+by the training that writes into OUT, and ``OUT/.staging/`` holds a new run that ``--overwrite``
+builds aside, swapped in at its first checkpoint.
 
 Nothing a user has is lost: OUT may not lie inside another project folder nor be one of another
 kind (``files.check_replaceable``), a training takes the lock before it looks at anything,
@@ -27,35 +21,50 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from .. import reading
 from ..config import RunConfig, build_config
-from ..data.tokenizer import TOKENIZER_DIR
 from ..errors import UserError
-from ..files import Busy, exclusive_lock, mark_folder, move, remove_tree, write_json_atomic
-from ..folder_kinds import folder_kind, marker_name
-from ..model_dir import CHECKPOINTS, CONFIG, step_checkpoints
-from ..reading import read_json
+from ..files import (
+    Busy,
+    check_replaceable,
+    exclusive_lock,
+    mark_folder,
+    move,
+    remove_tree,
+    write_json_atomic,
+)
 from ..temporaries import clean_leftovers, fsync_dir
-from .checkpoint import clean_checkpoints
+from . import layout
+from .checkpoints import step_checkpoints
 
 log = logging.getLogger(__name__)
 
 
-class RunDir:
-    """The paths of one model directory, and what may be done with them."""
+def default_run_folder(config: RunConfig) -> Path:
+    """Where a run trains when no ``--out`` is given: ``runs/CORPUS-SRC-TGT``."""
+    d = config.data
+    return Path("runs") / f"{d.corpus or 'custom'}-{d.src_lang}-{d.tgt_lang}"
 
-    CONFIG = CONFIG
-    TOKENIZER = TOKENIZER_DIR
-    METRICS = "metrics.jsonl"
-    TENSORBOARD = "tensorboard"
-    CHECKPOINTS = CHECKPOINTS
-    DATA = "data"
-    MARKER = marker_name("run")
-    ENTRIES = (CONFIG, TOKENIZER, METRICS, TENSORBOARD, CHECKPOINTS, DATA, MARKER)  # a run's own
-    SCRATCH = ".tmp-data"  # a binarized dataset being made, before the run adopts it
-    LOCK = ".lock"
-    STAGING = ".staging"
-    REPLACED = ".replaced"  # the old run's entries during a swap
-    READY = "READY"  # in .staging: the new run has a checkpoint; the swap may go ahead
+
+def resumed_config(out: str | Path) -> RunConfig:
+    """The config saved in the run ``out``, which ``--resume`` continues; ``out`` must be a place
+    a run may be (``files.check_replaceable``), checked before anything in it is read."""
+    check_replaceable(out, "run")
+    return RunDir(out).saved_config()
+
+
+def read_metrics(out: Path) -> list[dict]:
+    """All rows of a run's ``metrics.jsonl`` (training/metrics.py writes it); a line that is not
+    a JSON object is an error naming it (a NaN loss is not: it is what a diverged step logs)."""
+    path = RunDir(out).metrics
+    lines = reading.read_bytes(path).splitlines()
+    return [reading.parse_json(line, f"{path} line {i}", dict, finite=False)
+            for i, line in enumerate(lines, 1) if line.strip()]  # fmt: skip
+
+
+class RunDir:
+    """The paths of one training run's folder (names: layout.py), and what may be done with
+    them."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -65,32 +74,32 @@ class RunDir:
 
     @property
     def config(self) -> Path:
-        return self.root / self.CONFIG
+        return self.root / layout.CONFIG
 
     @property
     def tokenizer(self) -> Path:
-        return self.root / self.TOKENIZER
+        return self.root / layout.TOKENIZER
 
     @property
     def metrics(self) -> Path:
-        return self.root / self.METRICS
+        return self.root / layout.METRICS
 
     @property
     def tensorboard(self) -> Path:
-        return self.root / self.TENSORBOARD
+        return self.root / layout.TENSORBOARD
 
     @property
     def checkpoints(self) -> Path:
-        return self.root / self.CHECKPOINTS
+        return self.root / layout.CHECKPOINTS
 
     @property
     def data(self) -> Path:
         """The binarized training set (data/binarized.py)."""
-        return self.root / self.DATA / "train"
+        return self.root / layout.DATA / "train"
 
     @property
     def scratch(self) -> Path:
-        return self.root / self.SCRATCH
+        return self.root / layout.SCRATCH
 
     def adopt_data(self, scratch: Path) -> None:
         """Moves a binarized training set made in ``scratch`` into place (nothing to do if none
@@ -102,8 +111,8 @@ class RunDir:
         move(scratch, self.data, owner=self.root)
 
     def has_run(self) -> bool:
-        """Whether this folder is a training run (its marker, or the layout of an older run)."""
-        return folder_kind(self.root) == "run"
+        """Whether this folder is a training run (its marker)."""
+        return layout.folder_kind(self.root) == "run"
 
     def has_checkpoint(self) -> bool:
         return bool(step_checkpoints(self.checkpoints))
@@ -112,14 +121,14 @@ class RunDir:
         """The RunConfig of the run in this folder."""
         if not self.config.exists():
             raise UserError(f"{self.root} holds no run to resume ({self.config} is missing)")
-        return build_config(read_json(self.config), str(self.config))
+        return build_config(reading.read_json(self.config), str(self.config))
 
     def check_start(self, resume: bool, overwrite: bool) -> None:
         """Refuses a start that could lose a run, with the way out in the message."""
         if resume and overwrite:
             raise UserError("--resume and --overwrite contradict each other; choose one")
         if not self.has_run():
-            taken = [name for name in self.ENTRIES if (self.root / name).exists()]
+            taken = [name for name in layout.RUN_ENTRIES if (self.root / name).exists()]
             if taken:
                 raise UserError(
                     f"{self.root} is not a training run but holds {', '.join(taken)}, which a "
@@ -151,7 +160,7 @@ class RunDir:
             with ExitStack() as lock:
                 try:
                     self.root.mkdir(parents=True, exist_ok=True)
-                    lock.enter_context(exclusive_lock(self.root / self.LOCK, owner=self.root))
+                    lock.enter_context(exclusive_lock(self.root / layout.LOCK, owner=self.root))
                 except Busy as busy:
                     raise UserError(
                         f"{self.root} is in use by another training (process {busy.holder}); "
@@ -166,7 +175,7 @@ class RunDir:
             if (
                 created
                 and self.root.is_dir()
-                and [p.name for p in self.root.iterdir()] == [self.LOCK]
+                and [p.name for p in self.root.iterdir()] == [layout.LOCK]
             ):
                 remove_tree(self.root, owner=self.root)
 
@@ -178,7 +187,7 @@ class RunDir:
 
     def staging(self) -> RunDir:
         """Where ``--overwrite`` builds the new run (empty)."""
-        staged = RunDir(self.root / self.STAGING)
+        staged = RunDir(self.root / layout.STAGING)
         remove_tree(staged.root, owner=self.root)
         staged.root.mkdir(parents=True)
         return staged
@@ -189,16 +198,16 @@ class RunDir:
         The READY marker lists the new run's entries and is written first: if a crash
         interrupts the swap, ``recover`` finishes it from there.
         """
-        entries = [name for name in self.ENTRIES if (staged.root / name).exists()]
-        write_json_atomic(staged.root / self.READY, entries, owner=staged.root)
+        entries = [name for name in layout.RUN_ENTRIES if (staged.root / name).exists()]
+        write_json_atomic(staged.root / layout.READY, entries, owner=staged.root)
         self._finish_swap(staged)
 
     def _finish_swap(self, staged: RunDir) -> None:
         """Moves the old entries aside and the new ones in; safe to run again after a crash."""
-        new_entries = read_json(staged.root / self.READY, list)
-        replaced = self.root / self.REPLACED
+        new_entries = reading.read_json(staged.root / layout.READY, list)
+        replaced = self.root / layout.REPLACED
         replaced.mkdir(exist_ok=True)
-        for name in self.ENTRIES:
+        for name in layout.RUN_ENTRIES:
             new, current = staged.root / name, self.root / name
             if name in new_entries and not new.exists():
                 continue  # swapped before the crash: current is the new run's
@@ -215,8 +224,8 @@ class RunDir:
         """Called under the lock before anything else: finishes a swap that a crash interrupted,
         drops a staged run that never reached its first checkpoint, and removes the leftovers of
         interrupted saves and prunes."""
-        staged = RunDir(self.root / self.STAGING)
-        if (staged.root / self.READY).exists():
+        staged = RunDir(self.root / layout.STAGING)
+        if (staged.root / layout.READY).exists():
             log.warning(f"finishing the replacement of {self.root} that was interrupted")
             self._finish_swap(staged)
         elif staged.root.exists():
@@ -225,12 +234,12 @@ class RunDir:
                 f"removed {staged.root}: an --overwrite run that stopped before its first "
                 f"checkpoint (the run in {self.root} was kept)"
             )
-        remove_tree(self.root / self.REPLACED, owner=self.root)
+        remove_tree(self.root / layout.REPLACED, owner=self.root)
         remove_tree(self.scratch, owner=self.root)
         for line in clean_leftovers(self.root):  # of this folder's own files
             log.warning(line)
         if self.checkpoints.exists():
-            said = clean_checkpoints(self.checkpoints)
+            said = clean_leftovers(self.checkpoints)
             if said:
                 log.warning(f"finished what an interrupted save or prune left in "
                             f"{self.checkpoints}: {'; '.join(said)}")  # fmt: skip

@@ -1,0 +1,88 @@
+"""A weights file (safetensors): what a model saves, and reading one back, checked.
+
+A damaged or unreadable file, a weight that is not finite, or names and shapes that are not
+exactly the model's are one-line errors that name the file; nothing half-loaded is used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load
+
+from ..errors import UserError
+from ..files import describe_os_error
+from ..model.build import Seq2Seq
+
+# The one tensor whose entries may be −inf: the output bias of a row that must never be produced
+# (an imported model's padding row, an exported one's unused entries: hub/marian_vocab.py).
+MAY_BE_MINUS_INF = ("output.bias", "final_logits_bias")
+
+
+def model_state(model: Seq2Seq) -> dict[str, torch.Tensor]:
+    """The weights to save. ``named_parameters`` lists a tied tensor once, under its first name
+    (safetensors refuses two names for one storage)."""
+    return {name: p.detach().contiguous() for name, p in model.named_parameters()}
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; a damaged or unreadable file, or one holding a
+    non-finite weight (``check_weights_finite``), is a UserError naming it."""
+    try:
+        state = load(path.read_bytes())
+    except FileNotFoundError:
+        raise UserError(f"{path} is missing") from None
+    except OSError as error:
+        raise UserError(describe_os_error(error, f"reading {path}")) from None
+    except SafetensorError as error:
+        reason = str(error).rsplit(":", 1)[-1].strip()
+        raise UserError(f"{path} is damaged ({reason}); it cannot be loaded") from None
+    for name, tensor in state.items():
+        check_weights_finite(tensor, name, path)
+    return state
+
+
+def check_weights_finite(tensor: torch.Tensor, name: str, path: Path) -> None:
+    """A one-line UserError naming ``path`` and the tensor ``name`` if it holds a NaN or an
+    infinity (−inf is allowed in an output bias, ``MAY_BE_MINUS_INF``, except in every entry):
+    a search on such weights has no answer, and a training from them no gradient."""
+    if not tensor.is_floating_point() or bool(tensor.isfinite().all()):
+        return  # one pass for the weights of every model that loads
+    minus_inf_allowed = name in MAY_BE_MINUS_INF
+    bad = tensor.isnan() | (tensor == float("inf"))
+    if not minus_inf_allowed:
+        bad |= tensor == float("-inf")
+    count = int(bad.sum())
+    if count:
+        first = tensor.flatten()[bad.flatten().nonzero()[0]].item()
+        raise UserError(f"{path}: the tensor {name} holds {count:,} non-finite values (the "
+                        f"first: {first}); these weights are damaged and not used")  # fmt: skip
+    if minus_inf_allowed and tensor.numel() and bool((tensor == float("-inf")).all()):
+        raise UserError(f"{path}: the tensor {name} is -inf in every entry, so no token can be "
+                        "produced; these weights are damaged and not used")  # fmt: skip
+
+
+def load_weights(model: Seq2Seq, path: Path) -> None:
+    """Copies safetensors weights into ``model``; names and shapes must match exactly."""
+    state = weights_of(model, path)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(state[name])
+
+
+def weights_of(model: Seq2Seq, path: Path) -> dict[str, torch.Tensor]:
+    """``read_weights``, whose names and shapes must be exactly ``model``'s (which may be on the
+    meta device: only its shapes are read)."""
+    state = read_weights(path)
+    expected = model_state(model)
+    if set(state) != set(expected):
+        missing, unexpected = set(expected) - set(state), set(state) - set(expected)
+        raise UserError(f"{path}: weights do not match the model (missing {sorted(missing)[:3]}, "
+                        f"unexpected {sorted(unexpected)[:3]})")  # fmt: skip
+    for name, tensor in expected.items():
+        if state[name].shape != tensor.shape:
+            raise UserError(f"{path}: {name} has shape {tuple(state[name].shape)}, the model "
+                            f"{tuple(tensor.shape)}")  # fmt: skip
+    return state
