@@ -38,7 +38,8 @@ from .config import RunConfig, build_config
 from .errors import UserError
 from .files import built_aside, describe_os_error, write_bytes, write_json_atomic
 from .folder_kinds import is_checkpoint_folder
-from .model.build import Seq2Seq, build_model
+from .model.base import EncoderDecoder
+from .model.build import build_model
 from .reading import entry_in, read_json
 
 WEIGHTS = "model.safetensors"
@@ -50,13 +51,13 @@ INDEX = "index.json"
 log = logging.getLogger(__name__)
 
 
-def model_state(model: Seq2Seq) -> dict[str, torch.Tensor]:
+def model_state(model: EncoderDecoder) -> dict[str, torch.Tensor]:
     """The weights to save. ``named_parameters`` lists a tied tensor once, under its first name
     (safetensors refuses two names for one storage)."""
     return {name: p.detach().contiguous() for name, p in model.named_parameters()}
 
 
-def _serialize(model: Seq2Seq, config: RunConfig, trainer: dict | None) -> dict[str, bytes]:
+def _serialize(model: EncoderDecoder, config: RunConfig, trainer: dict | None) -> dict[str, bytes]:
     """The checkpoint's files as bytes, so that writing them is plain file I/O whose errors
     (a full disk above all) are OSErrors that say what happened."""
     weights = {name: tensor.cpu() for name, tensor in model_state(model).items()}  # any device
@@ -72,7 +73,7 @@ def _serialize(model: Seq2Seq, config: RunConfig, trainer: dict | None) -> dict[
 
 
 def save_checkpoint(
-    checkpoints: Path, name: str, model: Seq2Seq, config: RunConfig, trainer: dict | None
+    checkpoints: Path, name: str, model: EncoderDecoder, config: RunConfig, trainer: dict | None
 ) -> Path:
     """Writes checkpoint ``name`` atomically and returns its folder (index.json is not touched).
 
@@ -136,7 +137,7 @@ def is_complete(folder: Path) -> bool:
 class Loaded:
     """A model ready to use, with its config and the folder it came from."""
 
-    model: Seq2Seq
+    model: EncoderDecoder
     config: RunConfig
     path: Path
 
@@ -225,7 +226,7 @@ def check_weights_finite(tensor: torch.Tensor, name: str, path: Path) -> None:
                         "produced; these weights are damaged and not used")  # fmt: skip
 
 
-def load_weights(model: Seq2Seq, path: Path) -> None:
+def load_weights(model: EncoderDecoder, path: Path) -> None:
     """Copies safetensors weights into ``model``; names and shapes must match exactly."""
     state = weights_of(model, path)
     with torch.no_grad():
@@ -233,7 +234,7 @@ def load_weights(model: Seq2Seq, path: Path) -> None:
             param.copy_(state[name])
 
 
-def weights_of(model: Seq2Seq, path: Path) -> dict[str, torch.Tensor]:
+def weights_of(model: EncoderDecoder, path: Path) -> dict[str, torch.Tensor]:
     """``read_weights``, whose names and shapes must be exactly ``model``'s (which may be on the
     meta device: only its shapes are read)."""
     state = read_weights(path)

@@ -248,7 +248,7 @@ def run_job(job: Job) -> TrainResult:
             or _out_of_patience(state, t)  # a resumed run that had stopped early stays stopped
         ):
             state.step += 1
-            lr = learning_rate(state.step, time.perf_counter() - started, config.model.width, t)
+            lr = learning_rate(state.step, time.perf_counter() - started, model.width, t)
             set_learning_rate(optimizer, lr)
             group = []  # the step's batches, the same on every rank
             for _ in range(t.accumulate * world.size):
