@@ -229,7 +229,7 @@ def client_for(engine, **limits):
     """A FastAPI TestClient of the service on ``engine`` with ``limits`` (ServeConfig fields)."""
     from fastapi.testclient import TestClient
 
-    from transformer.serve import create_app
+    from transformer.serve.app import create_app
     from transformer.serve.config import ServeConfig
 
     with TestClient(create_app(engine, ServeConfig(**limits))) as client:
