@@ -17,6 +17,7 @@ import subprocess
 import sys
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,17 @@ def tiny_rnn(cell="gru", attention="bahdanau", src_vocab=40, tgt_vocab=30, **ove
         rnn_embedding=12, rnn_layers=2, rnn_dropout=0.0, **fields,
     )  # fmt: skip
     return build_model(config).eval()
+
+
+# Every EncoderDecoder the searches take, by name (random, seed 0, eval mode, vocabularies 40
+# and 30): the Transformer post- and pre-norm, the RNN's cells without and with attention.
+ENCODER_DECODERS = {
+    "post": lambda: tiny_model(),
+    "pre": lambda: tiny_model(norm_first=True, positional="learned"),
+    **{f"{cell}-{attention}": partial(tiny_rnn, cell, attention)
+       for cell, attention in [("gru", "none"), ("gru", "bahdanau"), ("lstm", "luong"),
+                               ("lstm", "bahdanau")]},
+}  # fmt: skip
 
 
 def padded(sentences: list[list[int]]) -> Tensor:

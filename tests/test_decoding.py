@@ -13,7 +13,7 @@ from transformer.inference.beam import beam_search
 from transformer.model import Transformer
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
-from helpers import padded, tiny_model, tiny_rnn
+from helpers import ENCODER_DECODERS, padded, tiny_model
 
 DC = DecodeConfig  # the searches take their settings as one DecodeConfig
 
@@ -68,20 +68,9 @@ def assert_same(a, b, tol=1e-4):
 # --- The cache -------------------------------------------------------------------------------
 
 
-# Every EncoderDecoder the searches take: the Transformer post- and pre-norm, the RNN's cells
-# with and without attention.
-MODELS = {
-    "post": lambda: tiny(),
-    "pre": lambda: tiny(norm_first=True, positional="learned"),
-    **{f"{cell}-{attention}": (lambda c=cell, a=attention: tiny_rnn(c, a, tgt_vocab=V))
-       for cell, attention in [("gru", "none"), ("gru", "bahdanau"), ("lstm", "luong"),
-                               ("lstm", "bahdanau")]},
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", ENCODER_DECODERS)
 def test_cached_logits_equal_full_prefix_logits_step_by_step(name):
-    model = MODELS[name]()
+    model = ENCODER_DECODERS[name]()
     # Rows 0, 1 share a source and rows 2, 3 share one, like the beams of two sentences.
     src = padded([[5, 6, 7, 3], [5, 6, 7, 3], [8, 9, 3], [8, 9, 3]])
     torch.manual_seed(1)

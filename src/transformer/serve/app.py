@@ -212,9 +212,8 @@ async def attention(body: AttentionRequest, request: Request) -> AttentionRespon
         raise ApiError(501, "not_implemented", f"attention maps need the torch engine; this "
                        f"server runs {engine.name} (serve --engine torch)")  # fmt: skip
     if "cross" not in engine.model.attention_kinds:
-        raise ApiError(501, "not_implemented", "this model has no encoder-decoder attention "
-                       "(an RNN with model.rnn_attention = none): there are no weights to "
-                       "draw")  # fmt: skip
+        raise ApiError(501, "not_implemented", "this model has no attention to draw (an RNN "
+                       "with model.rnn_attention = none)")  # fmt: skip
     request.state.log = _log_fields([body.sentence], served.config.log_text)
     decode = _one_beam(served.default, body)
     prefixes = None if body.prefix is None else [body.prefix]
