@@ -4,7 +4,7 @@
     POST /score       (source, target) pairs in, the model's log-probability of each out
     POST /attention   the encoder-decoder attention weights of one sentence, for the page
     POST /step-through  one sentence through the model, step by step: the data of the page
-                      GET /step-through?sentence=...&beam=... draws (the step-through view)
+                      GET /step-through?sentence=...&beam_size=... draws (the step-through view)
     GET  /info        languages, configs, parameter count and engine
     GET  /health      readiness, and how many requests are in flight
     GET  /            the web page (``page/``), served by the app itself: no CDN
