@@ -18,6 +18,7 @@ import subprocess
 import sys
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ from torch import Tensor, nn
 from transformer.cli import main
 from transformer.config import ModelConfig, RunConfig, load_config, sectioned
 from transformer.inference.translate import translate
-from transformer.model import Transformer
+from transformer.model import AttentionMaps, EncoderDecoder, Transformer, build_model
 from transformer.model.masks import padding_mask
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -150,6 +151,29 @@ def tiny_model(src_vocab: int = 40, tgt_vocab: int = 30, **overrides) -> Transfo
     return Transformer(config).eval()
 
 
+def tiny_rnn(cell="gru", attention="bahdanau", src_vocab=40, tgt_vocab=30, **overrides):
+    """A random two-layer RNN encoder-decoder (seed 0, eval mode, no dropout, untied output)."""
+    torch.manual_seed(0)
+    fields = {"src_vocab_size": src_vocab, "tgt_vocab_size": tgt_vocab, "tie_output": False,
+              **overrides}  # fmt: skip
+    config = ModelConfig(
+        architecture="rnn", rnn_cell=cell, rnn_attention=attention, rnn_hidden=16,
+        rnn_embedding=12, rnn_layers=2, rnn_dropout=0.0, **fields,
+    )  # fmt: skip
+    return build_model(config).eval()
+
+
+# Every EncoderDecoder the searches take, by name (random, seed 0, eval mode, vocabularies 40
+# and 30): the Transformer post- and pre-norm, the RNN's cells without and with attention.
+ENCODER_DECODERS = {
+    "post": lambda: tiny_model(),
+    "pre": lambda: tiny_model(norm_first=True, positional="learned"),
+    **{f"{cell}-{attention}": partial(tiny_rnn, cell, attention)
+       for cell, attention in [("gru", "none"), ("gru", "bahdanau"), ("lstm", "luong"),
+                               ("lstm", "bahdanau")]},
+}  # fmt: skip
+
+
 def padded(sentences: list[list[int]]) -> Tensor:
     """Source id lists as one right-padded (B, S) batch."""
     width = max(len(s) for s in sentences)
@@ -178,11 +202,18 @@ class StubCache:
     keep = reorder
 
 
-class Stub(nn.Module):
-    """P(next | prefix) = table[prefix without BOS], else ``default``, whatever the source."""
+class Stub(EncoderDecoder):
+    """P(next | prefix) = table[prefix without BOS], else ``default``, whatever the source: an
+    EncoderDecoder whose decoder output is already the log-probabilities (``output`` passes them
+    on), with no attention and no parameters."""
+
+    width, alignment_layer, attention_kinds, encodes_positions = 12, 0, (), False
+    name = summary = "a stub with hand-set distributions"
 
     def __init__(self, table: dict[tuple, dict[int, float]], default=None) -> None:
         super().__init__()
+        self.config = ModelConfig(src_vocab_size=12, tgt_vocab_size=12)
+        self.output = nn.Identity()
         self.table, self.default = table, default or {EOS_ID: 1.0}
         self.rows_seen: list[int] = []  # batch rows of every decode call
 
@@ -192,7 +223,7 @@ class Stub(nn.Module):
     def new_cache(self) -> StubCache:
         return StubCache()
 
-    def decode(self, tgt_ids, memory, src_mask, cache=None) -> Tensor:
+    def decode_hidden(self, tgt_ids, memory, src_mask, cache=None) -> Tensor:
         assert memory.size(0) == tgt_ids.size(0) == src_mask.size(0)
         self.rows_seen.append(tgt_ids.size(0))
         new = tgt_ids.size(1)
@@ -214,8 +245,11 @@ class Stub(nn.Module):
             probs[token] = p
         return probs.log().tolist()
 
-    def log_probs(self, logits: Tensor) -> Tensor:
-        return torch.log_softmax(logits, dim=-1)
+    def attention_maps(self, src_ids: Tensor, tgt_ids: Tensor) -> AttentionMaps:
+        raise NotImplementedError("the stub has no attention")
+
+    def parts(self) -> list[tuple[str, list[nn.Module]]]:
+        return []
 
 
 # --- the HTTP service -----------------------------------------------------------------------
@@ -224,7 +258,7 @@ def client_for(engine, **limits):
     """A FastAPI TestClient of the service on ``engine`` with ``limits`` (ServeConfig fields)."""
     from fastapi.testclient import TestClient
 
-    from transformer.serve import create_app
+    from transformer.serve.app import create_app
     from transformer.serve.config import ServeConfig
 
     with TestClient(create_app(engine, ServeConfig(**limits))) as client:

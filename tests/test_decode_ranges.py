@@ -97,7 +97,7 @@ def test_every_search_is_finite_at_the_bounds(values):
     limit = model.config.max_positions - 1  # every limit is capped there
     searches = {
         "greedy": replace(base, beam_size=1),
-        "beam": replace(base, beam_size=4, nbest=3),
+        "beam_size": replace(base, beam_size=4, nbest=3),
         "sampling": replace(base, sampling=True, nbest=3),
     }
     for config in searches.values():
@@ -184,7 +184,7 @@ def test_the_command_line_at_the_bounds_translates(numbers_model, tmp_path):
 def test_http_refuses_a_value_outside_with_a_422(torch_engine):
     cases = [("top_p", 0.0), ("top_p", 1.0000001), ("repetition_penalty", 0.0099),
              ("repetition_penalty", 100.5), ("min_len", -1), ("no_repeat_ngram", -1),
-             ("nbest", 0), ("beam", 0)]  # fmt: skip
+             ("nbest", 0), ("beam_size", 0)]  # fmt: skip
     with client_for(torch_engine) as client:
         for field, value in cases:
             response = client.post("/translate", json={"sentences": ["twelve"], field: value})
@@ -199,7 +199,7 @@ def test_the_schema_states_decode_configs_ranges(torch_engine):
         parts = client.get("/openapi.json").json()["components"]["schemas"]
     request = parts["TranslateRequest"]["properties"]
     for name, key in (("top_p", "top_p"), ("repetition_penalty", "repetition_penalty"),
-                      ("beam_size", "beam"), ("nbest", "nbest")):  # fmt: skip
+                      ("beam_size", "beam_size"), ("nbest", "nbest")):  # fmt: skip
         allowed, bounds = range_of(DecodeConfig, name), request[key]["anyOf"][0]
         low = bounds.get("exclusiveMinimum", bounds.get("minimum"))
         assert (low, bounds["maximum"]) == (allowed.low, allowed.high), name
@@ -213,7 +213,7 @@ def test_the_top_p_that_gave_500s_is_answered(torch_engine):
             body = {"sentences": ["twelve", "forty two"], "sampling": True, "top_p": 1e-300}
             response = client.post("/translate", json=body | extra)
             assert response.status_code == 200, response.text
-            greedy = client.post("/translate", json={"sentences": body["sentences"], "beam": 1,
+            greedy = client.post("/translate", json={"sentences": body["sentences"], "beam_size": 1,
                                                      **extra}).json()  # fmt: skip
             # top_p below any token's probability keeps the most likely one: greedy search
             assert [t["text"] for t in response.json()["translations"]] == [

@@ -13,7 +13,7 @@ from transformer.inference.beam import beam_search
 from transformer.model import Transformer
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
-from helpers import padded, tiny_model
+from helpers import ENCODER_DECODERS, padded, tiny_model
 
 DC = DecodeConfig  # the searches take their settings as one DecodeConfig
 
@@ -68,11 +68,9 @@ def assert_same(a, b, tol=1e-4):
 # --- The cache -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "overrides", [{}, {"norm_first": True, "positional": "learned"}], ids=["post", "pre"]
-)
-def test_cached_logits_equal_full_prefix_logits_step_by_step(overrides):
-    model = tiny(**overrides)
+@pytest.mark.parametrize("name", ENCODER_DECODERS)
+def test_cached_logits_equal_full_prefix_logits_step_by_step(name):
+    model = ENCODER_DECODERS[name]()
     # Rows 0, 1 share a source and rows 2, 3 share one, like the beams of two sentences.
     src = padded([[5, 6, 7, 3], [5, 6, 7, 3], [8, 9, 3], [8, 9, 3]])
     torch.manual_seed(1)

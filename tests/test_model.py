@@ -7,7 +7,7 @@ from transformer.config import ModelConfig
 from transformer.model import Transformer
 from transformer.vocab import BOS_ID, PAD_ID
 
-from helpers import tiny_model
+from helpers import ENCODER_DECODERS, tiny_model
 
 
 def tiny(**overrides) -> Transformer:
@@ -29,9 +29,10 @@ def test_padding_does_not_change_real_positions(norm_first, positional):
     assert (batched[0, :3] - alone[0]).abs().max() < 1e-5
 
 
-def test_changing_a_target_token_changes_no_earlier_logits():
-    model = tiny()
-    src = torch.tensor([[5, 6, 7, 8, 9]])
+@pytest.mark.parametrize("name", ENCODER_DECODERS)
+def test_changing_a_target_token_changes_no_earlier_logits(name):
+    model = ENCODER_DECODERS[name]()
+    src = torch.tensor([[5, 6, 7, 8, 9, 3]])
     tgt = torch.tensor([[BOS_ID, 10, 11, 12, 13, 14]])
     with torch.no_grad():
         base = model(src, tgt)

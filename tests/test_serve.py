@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("fastapi")
 import httpx  # noqa: E402
 
-from transformer.serve import create_app  # noqa: E402
+from transformer.serve.app import create_app  # noqa: E402
 from transformer.serve.config import ServeConfig  # noqa: E402
 
 from helpers import assert_error, assert_served, client_for, expected  # noqa: E402
@@ -37,8 +37,10 @@ def test_translate_gives_what_the_library_gives(torch_engine):
 
 def test_search_options_apply_per_request(torch_engine):
     with client_for(torch_engine) as client:
-        greedy = client.post("/translate", json={"sentences": SENTENCES, "beam": 1}).json()
-        short = client.post("/translate", json={"sentences": SENTENCES, "max_len": 2}).json()
+        greedy = client.post("/translate", json={"sentences": SENTENCES, "beam_size": 1}).json()
+        short = client.post(
+            "/translate", json={"sentences": SENTENCES, "max_len_a": 0.0, "max_len_b": 2}
+        ).json()
         wide = client.post("/translate", json={"sentences": ["one"], "nbest": 6}).json()
         sampled = client.post("/translate", json={"sentences": ["one"], "sampling": True,
                                                   "nbest": 3}).json()  # fmt: skip
@@ -106,16 +108,16 @@ def test_concurrent_requests_are_decoded_together_and_each_gets_its_own(torch_en
     # 12 callers with different sentences and different searches at once: the worker waits
     # 300 ms for company, so they share batches; each must get exactly its own translations.
     app = create_app(torch_engine, ServeConfig(max_wait_ms=300))
-    bodies = [{"sentences": SENTENCES[i % 7 : i % 7 + 1 + i % 3], "beam": 1 + i % 2}
+    bodies = [{"sentences": SENTENCES[i % 7 : i % 7 + 1 + i % 3], "beam_size": 1 + i % 2}
               for i in range(12)]  # fmt: skip
     try:
         responses = asyncio.run(_post_all(app, bodies))
     finally:
-        app.state.batcher.close()
+        app.state.served.batcher.close()
     for body, response in zip(bodies, responses, strict=True):
         assert response.status_code == 200, response.text
         assert_served(
-            response.json(), expected(torch_engine, body["sentences"], beam_size=body["beam"])
+            response.json(), expected(torch_engine, body["sentences"], beam_size=body["beam_size"])
         )
     shared = [r.json()["batch_sentences"] for r in responses]
     assert max(shared) > 3  # more sentences than any one request had were decoded together
@@ -133,7 +135,7 @@ def test_the_worker_alone_runs_the_model(torch_engine, monkeypatch):
     try:
         asyncio.run(_post_all(app, [{"sentences": [s]} for s in SENTENCES if s]))
     finally:
-        app.state.batcher.close()
+        app.state.served.batcher.close()
     assert threads == {"transformer-batcher"}
 
 
@@ -148,8 +150,8 @@ def test_request_limits_are_json_4xx_errors(torch_engine):
         assert_error(too_long, 422, "invalid_request", "sentences.0", "20 char", "serve.max_chars")
         assert_error(post("/attention", json={"sentence": "x" * 21}), 422, "invalid_request",
                      "serve.max_chars")  # fmt: skip
-        assert_error(post("/translate", json={"sentences": ["one"], "beam": 6}), 422,
-                     "invalid_request", "beam", "serve.max_beam")  # fmt: skip
+        assert_error(post("/translate", json={"sentences": ["one"], "beam_size": 6}), 422,
+                     "invalid_request", "beam_size", "serve.max_beam")  # fmt: skip
         declared = post("/translate", content=b"x" * 2001)  # refused by its Content-Length
         assert_error(declared, 413, "body_too_large", "has 2001 bytes", "serve.max_body_bytes")
 
@@ -163,12 +165,15 @@ def test_request_limits_are_json_4xx_errors(torch_engine):
 def test_invalid_requests_name_the_field_without_echoing_it(torch_engine):
     secret = "do-not-echo-this"
     cases = [
-        ({"sentences": [secret], "beam": "4"}, "beam"),
-        ({"sentences": [secret], "beam_size": 4}, "beam_size"),
-        ({"sentences": [secret], "nbest": 5, "beam": 2}, "nbest (5) cannot exceed beam (2)"),
+        ({"sentences": [secret], "beam_size": "4"}, "beam_size"),
+        ({"sentences": [secret], "beam": 4}, "beam"),  # a field of another name
+        (
+            {"sentences": [secret], "nbest": 5, "beam_size": 2},
+            "nbest (5) cannot exceed beam_size (2)",
+        ),
         ({"sentences": []}, "sentences"),
         ({"sentence": secret}, "sentences"),
-        ({"sentences": [secret], "max_len": 0}, "max_len"),
+        ({"sentences": [secret], "max_len_b": -1}, "max_len_b"),
         ({"sentences": secret}, "sentences"),
     ]
     with client_for(torch_engine) as client:
@@ -212,7 +217,7 @@ async def _until(condition, seconds: float = 5.0) -> None:
 
 def test_a_full_queue_answers_429_with_retry_after(torch_engine, monkeypatch):
     app = create_app(torch_engine, ServeConfig(max_queue=3, max_sentences=3, max_wait_ms=0))
-    batcher = app.state.batcher
+    batcher = app.state.served.batcher
 
     async def scenario():
         transport = httpx.ASGITransport(app=app)
@@ -240,7 +245,7 @@ def test_a_full_queue_answers_429_with_retry_after(torch_engine, monkeypatch):
 
 def test_a_request_that_waits_too_long_answers_504_and_is_not_decoded(torch_engine, monkeypatch):
     app = create_app(torch_engine, ServeConfig(timeout=0.3, max_wait_ms=0))
-    batcher = app.state.batcher
+    batcher = app.state.served.batcher
 
     async def scenario():
         transport = httpx.ASGITransport(app=app)

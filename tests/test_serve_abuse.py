@@ -102,15 +102,21 @@ def test_a_request_over_the_cost_budget_is_a_422_naming_it(torch_engine):
     n = len(torch_engine.tokenizers.src.encode("twelve")) + 1
     budget = 5 * (n + 4 * 6)
     with client_for(torch_engine, max_cost=budget) as client:
-        within = {"sentences": ["twelve"] * 5, "beam": 4, "max_len": 5}
+        within = {"sentences": ["twelve"] * 5, "beam_size": 4, "max_len_a": 0.0, "max_len_b": 5}
         assert client.post("/translate", json=within).status_code == 200
-        over = client.post("/translate", json={**within, "max_len": 6})
+        over = client.post("/translate", json={**within, "max_len_a": 0.0, "max_len_b": 6})
         assert_error(over, 422, "over_budget", "serve.max_cost", f"{5 * (n + 4 * 7)} tokens",
                      f"allows {budget}")  # fmt: skip
-        sampled = {"sentences": ["twelve"] * 5, "sampling": True, "nbest": 5, "max_len": 5}
+        sampled = {
+            "sentences": ["twelve"] * 5,
+            "sampling": True,
+            "nbest": 5,
+            "max_len_a": 0.0,
+            "max_len_b": 5,
+        }
         cost = 5 * (5 * n + 5 * 6)  # each sample encodes its own copy of the source
         assert_error(client.post("/translate", json=sampled), 422, "over_budget", f"{cost} tokens")
-        empty = {"sentences": [""] * 64, "beam": 16}  # empty sentences are not decoded
+        empty = {"sentences": [""] * 64, "beam_size": 16}  # empty sentences are not decoded
         assert client.post("/translate", json=empty).status_code == 200
         assert client.get("/info").json()["limits"]["max_cost"] == budget
 
@@ -196,7 +202,7 @@ def threaded_server(torch_engine, caplog):
     """The app on a SlowEngine, served by uvicorn in a thread (as ``serve`` configures it)."""
     import uvicorn
 
-    from transformer.serve import create_app
+    from transformer.serve.app import create_app
     from transformer.serve.config import ServeConfig
     from transformer.serve.server import listen, uvicorn_config
 
@@ -217,15 +223,15 @@ def threaded_server(torch_engine, caplog):
 @pytest.mark.slow
 def test_a_request_whose_client_left_is_not_decoded_and_logged_as_499(threaded_server, caplog):
     engine, port = threaded_server
-    gone = _request("127.0.0.1", port, {"sentences": ["slow"], "beam": 1})
+    gone = _request("127.0.0.1", port, {"sentences": ["slow"], "beam_size": 1})
     time.sleep(0.5)  # being decoded: 20 s unless stopped
-    queued = _request("127.0.0.1", port, {"sentences": ["never"], "beam": 1})
+    queued = _request("127.0.0.1", port, {"sentences": ["never"], "beam_size": 1})
     time.sleep(0.3)  # waiting behind "slow"
     queued.close()  # its client leaves: out of the queue
     time.sleep(0.3)
     gone.close()  # its client leaves: "slow" stops at the next check
     start = time.monotonic()
-    waiting = _request("127.0.0.1", port, {"sentences": ["quick"], "beam": 1})
+    waiting = _request("127.0.0.1", port, {"sentences": ["quick"], "beam_size": 1})
     answer = waiting.recv(65536)
     assert answer.startswith(b"HTTP/1.1 200"), answer
     assert time.monotonic() - start < 3  # not 20 s behind the request whose client left

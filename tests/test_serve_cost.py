@@ -9,10 +9,11 @@ they process (rows × positions, in every search step and every teacher-forced p
 test is as stable on a busy machine as on a quiet one.
 """
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 
+from transformer.config import DecodeConfig
 from transformer.inference.cost import scoring_cost, translation_cost
 
 from helpers import assert_error, client_for
@@ -57,17 +58,13 @@ def long_prefix(engine) -> str:
     return " ".join(words)
 
 
+DECODE_FIELDS = {f.name for f in fields(DecodeConfig)}
+
+
 def decode_of(engine, body: dict):
     """The DecodeConfig the server makes of a /translate body's search options."""
-    search = {"beam_size": body.get("beam", engine.decode.beam_size), "nbest": body.get("nbest", 1)}
-    if "nbest" in body and "beam" not in body:
-        search["beam_size"] = max(search["nbest"], engine.decode.beam_size)
-    if "max_len" in body:
-        search |= {"max_len_a": 0.0, "max_len_b": body["max_len"]}
-    for name in ("sampling", "min_len", "alignment"):
-        if name in body:
-            search[name] = body[name]
-    return replace(engine.decode, **search)
+    search = {name: value for name, value in body.items() if name in DECODE_FIELDS}
+    return engine.decode.with_search(**search)
 
 
 def served_within_its_count(engine, path: str, body: dict, counted: int) -> int:
@@ -89,14 +86,16 @@ def served_within_its_count(engine, path: str, body: dict, counted: int) -> int:
 
 
 WORST = {  # each option at its worst, with outputs forced to their limit (min_len) where it can
-    "sentences": {"beam": 16, "max_len": 47, "min_len": 47},
-    "min_len": {"beam": 16, "min_len": 47},  # the default limit is 2 tokens here
-    "prefix": {"beam": 16, "max_len": 1},  # with a 47-piece prefix per sentence
+    "sentences": {"beam_size": 16, "max_len_a": 0.0, "max_len_b": 47, "min_len": 47},
+    "min_len": {"beam_size": 16, "min_len": 47},  # the default limit is 2 tokens here
+    # with a 47-piece prefix per sentence:
+    "prefix": {"beam_size": 16, "max_len_a": 0.0, "max_len_b": 1},
     "nbest": {"nbest": 16, "min_len": 47},  # the beam widens to 16
     "sampling": {"sampling": True, "nbest": 16, "min_len": 47},
-    "alignment": {"beam": 16, "nbest": 16, "alignment": True, "min_len": 47},
-    "max_len": {"beam": 16, "max_len": 47},  # not forced: beam search may stop earlier
-    "long source": {"beam": 16, "min_len": 47},  # with sources cut to the model's 48 positions
+    "alignment": {"beam_size": 16, "nbest": 16, "alignment": True, "min_len": 47},
+    # not forced: beam search may stop earlier
+    "max_len": {"beam_size": 16, "max_len_a": 0.0, "max_len_b": 47},
+    "long source": {"beam_size": 16, "min_len": 47},  # with sources cut to the model's 48 positions
 }
 
 
@@ -118,12 +117,12 @@ def test_translate_costs_at_least_what_it_makes_the_model_process(engine, long_p
 
 def test_attention_step_through_and_score_cost_at_least_their_work(engine, long_prefix):
     positions = engine.model.config.max_positions
-    body = {"sentence": "one", "beam": 16, "prefix": long_prefix}
+    body = {"sentence": "one", "beam_size": 16, "prefix": long_prefix}
     decode = replace(engine.decode, beam_size=16)
     cost = translation_cost(engine.tokenizers, ["one"], [long_prefix], decode, positions, rerun=1)
     measured = served_within_its_count(engine, "/attention", body, cost.tokens)
     assert measured >= 0.95 * cost.tokens
-    body = {"sentence": "one", "beam": 16, "max_len": 47}
+    body = {"sentence": "one", "beam_size": 16, "max_len_a": 0.0, "max_len_b": 47}
     decode = replace(decode, max_len_a=0.0, max_len_b=47)
     cost = translation_cost(engine.tokenizers, ["one"], None, decode, positions, rerun=1)
     served_within_its_count(engine, "/step-through", body, cost.tokens)
@@ -135,8 +134,8 @@ def test_attention_step_through_and_score_cost_at_least_their_work(engine, long_
 def test_the_requests_that_once_outran_the_budget_are_counted_in_full(engine, long_prefix):
     # min_len far above the default limit, and prefixes far longer than max_len: counted by the
     # limit they raise the search to, the model's positions here (47 tokens + EOS, x 16 beams)
-    for body in ({"sentences": ["one"] * MANY, "beam": 16, "min_len": 47},
-                 {"sentences": ["one"] * MANY, "beam": 16, "max_len": 1,
+    for body in ({"sentences": ["one"] * MANY, "beam_size": 16, "min_len": 47},
+                 {"sentences": ["one"] * MANY, "beam_size": 16, "max_len_a": 0.0, "max_len_b": 1,
                   "prefix": [long_prefix] * MANY}):  # fmt: skip
         with client_for(engine, max_cost=MANY * 16 * 40) as client:
             refused = client.post("/translate", json=body)

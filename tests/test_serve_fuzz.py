@@ -18,7 +18,7 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
     status_code_conformance,
 )
 
-from transformer.serve import create_app  # noqa: E402
+from transformer.serve.app import create_app  # noqa: E402
 from transformer.serve.config import ServeConfig  # noqa: E402
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes
@@ -38,7 +38,7 @@ def app(torch_engine):
     config = ServeConfig(max_sentences=4, max_chars=60, max_beam=4, max_body_bytes=2048)
     app = create_app(torch_engine, config)
     yield app
-    app.state.batcher.close()
+    app.state.served.batcher.close()
 
 
 def fuzz(operation, mode: GenerationMode) -> int:

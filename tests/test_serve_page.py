@@ -68,8 +68,8 @@ def test_the_page_translates_and_shows_attention(
     _, url = server_process(model)
     api = httpx.Client(base_url=url, timeout=60)
     beam = api.get("/info").json()["decode"]["beam_size"]
-    expected = api.post("/translate", json={"sentences": SENTENCES, "beam": beam}).json()
-    attention = api.post("/attention", json={"sentence": SENTENCES[0], "beam": beam}).json()
+    expected = api.post("/translate", json={"sentences": SENTENCES, "beam_size": beam}).json()
+    attention = api.post("/attention", json={"sentence": SENTENCES[0], "beam_size": beam}).json()
 
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(chromium), args=LAUNCH_ARGS)

@@ -107,8 +107,8 @@ def test_the_ctranslate2_engine_serves_what_it_translates(numbers_model, torch_e
     pytest.importorskip("ctranslate2")
     engine = load_engine(numbers_model, "ctranslate2", runtime=RuntimeConfig(device="cpu"))
     with client_for(engine) as client:
-        greedy = client.post("/translate", json={"sentences": SENTENCES, "beam": 1})
-        beam = client.post("/translate", json={"sentences": SENTENCES, "beam": 3, "nbest": 2})
+        greedy = client.post("/translate", json={"sentences": SENTENCES, "beam_size": 1})
+        beam = client.post("/translate", json={"sentences": SENTENCES, "beam_size": 3, "nbest": 2})
         info = client.get("/info").json()
         attention = client.post("/attention", json={"sentence": "twelve"})
     # The search settings of each request reach CTranslate2: what the engine itself gives.

@@ -15,7 +15,7 @@ import httpx  # noqa: E402
 
 from transformer.inference.alignment import pharaoh  # noqa: E402
 from transformer.inference.translate import translate  # noqa: E402
-from transformer.serve import create_app  # noqa: E402
+from transformer.serve.app import create_app  # noqa: E402
 from transformer.serve.config import ServeConfig  # noqa: E402
 
 from helpers import assert_error, assert_served, client_for  # noqa: E402
@@ -90,7 +90,7 @@ def test_concurrent_requests_with_different_options_each_get_their_own(torch_eng
     try:
         responses = asyncio.run(post_all())
     finally:
-        app.state.batcher.close()
+        app.state.served.batcher.close()
     for body, response in zip(bodies, responses, strict=True):
         assert response.status_code == 200, response.text
         search = {k: v for k, v in body.items() if k in ("min_len", "alignment")}
@@ -122,7 +122,8 @@ def test_score_gives_what_the_engine_gives(torch_engine):
     ("/translate", {"sentences": ["a"], "top_p": 0}, ["top_p", "greater than 0"]),
     ("/translate", {"sentences": ["a"], "top_p": 1.5}, ["top_p", "less than or equal to 1"]),
     ("/translate", {"sentences": ["a"], "min_len": 48}, ["min_len", "max_positions"]),
-    ("/translate", {"sentences": ["a"], "min_len": 5, "max_len": 3}, ["min_len (5)"]),
+    ("/translate", {"sentences": ["a"], "min_len": 5, "max_len_a": 0.0, "max_len_b": 3},
+     ["min_len (5)"]),
     ("/translate", {"sentences": ["a"], "no_repeat_ngram": -1}, ["no_repeat_ngram"]),
     ("/translate", {"sentences": ["a"], "repetition_penalty": 0}, ["repetition_penalty"]),
     ("/translate", {"sentences": ["a"], "alignment": "yes"}, ["alignment"]),

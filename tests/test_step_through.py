@@ -326,8 +326,8 @@ def test_serve_answers_the_view_and_the_page_that_draws_it(torch_engine):
     from transformer.inspect.step_page import engine_view
 
     with client_for(torch_engine) as client:
-        answer = client.post("/step-through", json={"sentence": SENTENCE, "beam": 2})
-        said = client.post("/translate", json={"sentences": [SENTENCE], "beam": 2}).json()
+        answer = client.post("/step-through", json={"sentence": SENTENCE, "beam_size": 2})
+        said = client.post("/translate", json={"sentences": [SENTENCE], "beam_size": 2}).json()
         page = client.get("/step-through", params={"sentence": SENTENCE})
         scripts = [client.get(f"/steps/{name}") for name in ("step-core.js", "step-main.js")]
     assert answer.status_code == 200, answer.text
@@ -349,7 +349,7 @@ def test_serve_refuses_bad_input_with_json_422(torch_engine):
             ({"sentence": ""}, ["sentence"]),
             ({"sentence": "  "}, ["empty"]),
             ({"sentence": " ".join(["seven"] * 60)}, ["max_positions"]),
-            ({"sentence": SENTENCE, "beam": 5}, ["beam", "serve.max_beam"]),
+            ({"sentence": SENTENCE, "beam_size": 5}, ["beam_size", "serve.max_beam"]),
         ):
             assert_error(client.post("/step-through", json=body), 422, "invalid_request", *words)
 

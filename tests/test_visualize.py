@@ -20,7 +20,6 @@ from PIL import Image
 from transformer import ModelConfig, Transformer
 from transformer.inspect.report import write_html_report
 from transformer.inspect.visualize import (
-    KINDS,
     Panel,
     attention_panels,
     mean_cross_attention_panels,
@@ -29,6 +28,7 @@ from transformer.inspect.visualize import (
     save_positional_plots,
     write_attention_figures,
 )
+from transformer.model import ATTENTION_KINDS
 from transformer.model.embeddings import sinusoidal_table
 from transformer.vocab import PAD_ID
 
@@ -71,7 +71,7 @@ def test_panels_are_the_slices_of_the_attention_maps(maps):
     panels = attention_panels(maps, SRC, TGT)
     assert len(panels) == 2 * 4 * 3  # layers x heads x kinds
     seen = {(p.kind, p.layer, p.head) for p in panels}
-    assert seen == {(k, l, h) for k in KINDS for l in range(2) for h in range(4)}
+    assert seen == {(k, l, h) for k in ATTENTION_KINDS for l in range(2) for h in range(4)}
     axes = {"encoder_self": (SRC, SRC), "decoder_self": (TGT, TGT), "cross": (TGT, SRC)}
     for p in panels:
         np.testing.assert_array_equal(p.matrix, expected_slice(maps, p.kind, p.layer, p.head))
@@ -86,7 +86,7 @@ def test_panels_are_the_slices_of_the_attention_maps(maps):
 
 def test_selecting_a_layer_a_head_and_a_kind(maps):
     one_each = attention_panels(maps, SRC, TGT, layer=1, head=2)
-    assert [(p.kind, p.layer, p.head) for p in one_each] == [(k, 1, 2) for k in KINDS]
+    assert [(p.kind, p.layer, p.head) for p in one_each] == [(k, 1, 2) for k in ATTENTION_KINDS]
     assert len(attention_panels(maps, SRC, TGT, layer=0)) == 4 * 3
     assert len(attention_panels(maps, SRC, TGT, head=3)) == 2 * 3
     (only,) = attention_panels(maps, SRC, TGT, layer=1, head=2, kinds=("cross",))
@@ -141,7 +141,7 @@ def assert_svg(path):
 def test_figures_are_written_as_png_and_svg(maps, tmp_path):
     paths = write_attention_figures(maps, SRC, TGT, tmp_path / "figs", layer=1, head=0)
     names = sorted(p.name for p in paths)
-    stems = [f"{kind}_layer2_head1" for kind in KINDS]
+    stems = [f"{kind}_layer2_head1" for kind in ATTENTION_KINDS]
     assert names == sorted(f"{s}.{ext}" for s in stems for ext in ("png", "svg"))
     for path in paths:
         assert path.parent == tmp_path / "figs"

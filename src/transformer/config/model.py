@@ -135,18 +135,6 @@ class ModelConfig:
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
-    @property
-    def alignment_layer(self) -> int:
-        """The decoder layer whose encoder-decoder attention, averaged over its heads, gives word
-        alignments: the last; inference/alignment.py says why. The RNN has one: its α_ij."""
-        return 0 if self.architecture == "rnn" else self.n_decoder_layers - 1
-
-    @property
-    def width(self) -> int:
-        """The model's width, which the learning-rate schedule scales by: d_model, or for the
-        RNN its hidden size."""
-        return self.rnn_hidden if self.architecture == "rnn" else self.d_model
-
     @classmethod
     def preset(cls, name: str, **overrides: object) -> ModelConfig:
         """A named preset (``tiny``, ``small``, ``base``, ``big``) with fields overridden."""

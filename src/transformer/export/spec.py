@@ -122,7 +122,7 @@ def transformer_spec(model: Transformer, src_pieces: list[str], tgt_pieces: list
         config.n_heads,
         pre_norm=config.norm_first,
         activation=getattr(specs.Activation, ACTIVATIONS[config.activation]),
-        alignment_layer=config.alignment_layer,
+        alignment_layer=model.alignment_layer,
         alignment_heads=config.n_heads,
     )
     spec.config.layer_norm_epsilon = config.layer_norm_eps

@@ -8,7 +8,7 @@ being translated (Jain & Wallace 2019; Garg et al. 2019, §2). Some heads attend
 or next word, or to the source's </s>, used as a resting place. What we take is a heuristic that
 works reasonably on a trained model:
 
-- the layer: the last decoder layer (``ModelConfig.alignment_layer``), averaged over its
+- the layer: the last decoder layer (``EncoderDecoder.alignment_layer``), averaged over its
   heads, as fairseq's ``--print-alignment`` and CTranslate2 do by default. Garg et al. (2019)
   take the penultimate layer of a 6-layer decoder instead; in our small models the last layer
   was the better one: a 2-layer model trained to copy its input (tests/test_alignment.py)
@@ -29,15 +29,16 @@ Shapes: R hypotheses, H heads, T target steps (tokens + EOS), S source length (p
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from ..model.base import EncoderDecoder
 from ..vocab import BOS_ID, PAD_ID
 from .search import Hypothesis
 
 UNK_SURFACE = " \u2047 "  # what SentencePiece's decode writes for <unk>
 
 
-def attach_attention(model: nn.Module, src_ids: Tensor, nbest: list[list[Hypothesis]]) -> None:
+def attach_attention(model: EncoderDecoder, src_ids: Tensor, nbest: list[list[Hypothesis]]) -> None:
     """Sets ``attention`` (len(tokens) + 1, src_len) on every hypothesis, from one teacher-forced
     pass of all of them (``model.attention_maps``, the reference attention path).
 
@@ -54,7 +55,7 @@ def attach_attention(model: nn.Module, src_ids: Tensor, nbest: list[list[Hypothe
         tgt[r, : len(h.tokens) + 1] = torch.tensor([BOS_ID, *h.tokens])
     src = src_ids[torch.tensor([i for i, _ in rows], device=src_ids.device)]  # (R, S)
     maps = model.attention_maps(src, tgt)
-    layer = maps.decoder[model.config.alignment_layer]  # ModelConfig.alignment_layer
+    layer = maps.decoder[model.alignment_layer]  # the last decoder layer, or the RNN's one
     mean = layer.cross_attention.float().mean(dim=1)  # (R, T, S) over heads
     src_len = (src != PAD_ID).sum(dim=1).tolist()  # (R,)
     for r, (_, h) in enumerate(rows):

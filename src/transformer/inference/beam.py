@@ -32,9 +32,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..config import DecodeConfig
+from ..model.base import EncoderDecoder
 from ..vocab import EOS_ID
 from .beam_tree import BeamStep
 from .constraints import SearchRules
@@ -52,7 +53,7 @@ from .search import (
 
 
 def beam_search(
-    model: nn.Module,
+    model: EncoderDecoder,
     src_ids: Tensor,
     config: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     use_cache: bool = True,
@@ -63,13 +64,14 @@ def beam_search(
     """The ``nbest`` best hypotheses per sentence that a beam of ``beam_size`` finds.
 
     Args:
-        model: a ``Transformer`` (or anything with encode/decode/new_cache/log_probs).
+        model: the Transformer or the RNN encoder-decoder.
         src_ids: source ids (B, S), right-padded with PAD_ID.
         config: ``beam_size`` (K, the prefixes kept per sentence), ``length_penalty`` (GNMT α;
             score = log P / ((5 + |Y|) / 6)^α, |Y| counting EOS; 0: none), ``max_len_a`` and
             ``max_len_b`` (at most floor(a · src_len + b) tokens before EOS) and ``nbest``
-            (hypotheses returned per sentence, <= beam_size) are used, with the rules of
-            ``constraints.py`` (``min_len``, ``no_repeat_ngram``, ``repetition_penalty``).
+            (hypotheses returned per sentence, <= beam_size: DecodeConfig's rule) are used, with
+            the rules of ``constraints.py`` (``min_len``, ``no_repeat_ngram``,
+            ``repetition_penalty``).
         use_cache: decode incrementally with the key/value cache (False: re-run the prefix).
         prefix: (B, P) target ids each output must start with, right-padded with PAD_ID; their
             log-probabilities count in the score.
@@ -79,14 +81,12 @@ def beam_search(
     Shape:
         returns B lists of up to ``nbest`` hypotheses, best score first, in the order of src_ids.
     """
-    if config.nbest > config.beam_size:
-        raise ValueError(f"need nbest <= beam_size, got {config.nbest} > {config.beam_size}")
     with evaluating(model):
         return _beam_search(model, src_ids, config, use_cache, prefix, recorder, stopped)
 
 
 def _beam_search(
-    model: nn.Module,
+    model: EncoderDecoder,
     src_ids: Tensor,
     config: DecodeConfig,
     use_cache: bool,

@@ -20,7 +20,7 @@ from ..config import DecodeConfig, RunConfig, RuntimeConfig
 from ..data.tokenizer import Tokenizers
 from ..device import autocast, prepare_runtime, resolve_precision
 from ..errors import UserError
-from ..model.build import Seq2Seq
+from ..model.base import EncoderDecoder
 from ..model_dir.checkpoints import load_checkpoint
 from ..model_dir.layout import model_dir_of
 from .score import ScoreResult, score_ids, score_with
@@ -32,7 +32,7 @@ from .translate import TranslationResult, tokenizers_for, translate
 class TorchEngine:
     """A model ready to translate: weights (on their device), tokenizers, the search to use."""
 
-    model: Seq2Seq
+    model: EncoderDecoder
     tokenizers: Tokenizers
     decode: DecodeConfig
     config: RunConfig  # saved with the checkpoint
@@ -44,7 +44,7 @@ class TorchEngine:
         """The runtime's precision (autocast) around a search."""
         device = next(self.model.parameters()).device
         precision, _ = resolve_precision(
-            self.runtime.precision, device, self.model.config.d_model, training=False
+            self.runtime.precision, device, self.model.width, training=False
         )
         return autocast(device, precision)
 

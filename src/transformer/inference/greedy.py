@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..config import DecodeConfig
+from ..model.base import EncoderDecoder
 from ..vocab import EOS_ID
 from .constraints import SearchRules, nucleus
 from .search import (
@@ -32,7 +33,7 @@ from .search import (
 
 
 def _search_one_path(
-    model: nn.Module,
+    model: EncoderDecoder,
     src_ids: Tensor,
     pick: Callable[[Tensor], Tensor],
     config: DecodeConfig,
@@ -77,7 +78,7 @@ def _search_one_path(
 
 
 def greedy_search(
-    model: nn.Module,
+    model: EncoderDecoder,
     src_ids: Tensor,
     config: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     use_cache: bool = True,
@@ -87,7 +88,7 @@ def greedy_search(
     """The most likely next token at every step, until EOS.
 
     Args:
-        model: a ``Transformer`` (or anything with encode/decode/new_cache/log_probs).
+        model: the Transformer or the RNN encoder-decoder.
         src_ids: source ids (B, S), right-padded with PAD_ID.
         config: ``max_len_a`` and ``max_len_b`` (at most floor(a · src_len + b) tokens before
             EOS), ``min_len``, ``no_repeat_ngram`` and ``repetition_penalty`` are used.
@@ -105,7 +106,7 @@ def greedy_search(
 
 
 def sample(
-    model: nn.Module,
+    model: EncoderDecoder,
     src_ids: Tensor,
     config: DecodeConfig = DecodeConfig(sampling=True),  # noqa: B008 (frozen)
     generator: torch.Generator | None = None,

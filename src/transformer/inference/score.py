@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
 
 from ..data.batching import encode_source, length_batches, pad
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
+from ..model.base import EncoderDecoder
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .search import evaluating, gnmt_length_penalty
 
@@ -54,7 +54,7 @@ class ScoreResult:
 
 
 def score_ids(
-    model: nn.Module,
+    model: EncoderDecoder,
     sources: list[list[int]],
     targets: list[list[int]],
     max_tokens: int = 8192,
@@ -63,7 +63,7 @@ def score_ids(
     """log P(target + EOS | source) of each pair, teacher-forced, in batches of similar length.
 
     Args:
-        model: a ``Transformer`` (anything with encode/decode/log_probs).
+        model: the Transformer or the RNN encoder-decoder.
         sources: source ids as the encoder reads them (pieces + EOS); targets: target pieces
             (no BOS, no EOS).
         max_tokens, batch_size: bound each batch's padded source + target positions and pairs.

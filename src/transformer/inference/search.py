@@ -19,10 +19,10 @@ Shared rules of every search:
 - a sentence nobody waits for any more (``stopped``: a server's client left) ends at the next
   step, like a finished one, with what it has so far (greedy: scored -inf) or none.
 
-The searches (``greedy.py``, ``beam.py``; ``translate.py`` chooses among them) use only
-``model.encode``, ``model.decode``, ``model.new_cache`` and ``model.log_probs`` (plus
-``model.config.max_positions`` when present), so any object with those methods can be searched,
-e.g. a stub with hand-set distributions in the tests.
+The searches (``greedy.py``, ``beam.py``; ``translate.py`` chooses among them) take an
+``EncoderDecoder`` (model/base.py) and use only its ``encode``, ``decode``, ``new_cache``,
+``log_probs`` and ``config.max_positions``: the Transformer, the RNN, or the tests' stub with
+hand-set distributions.
 
 Shapes: B batch, S source length, t target steps so far, K beams, N sentences still running,
 V target vocabulary.
@@ -35,8 +35,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from ..model.base import EncoderDecoder
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .constraints import SearchRules
 
@@ -82,7 +83,7 @@ def gnmt_length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
 
 
 @contextmanager
-def evaluating(model: nn.Module) -> Iterator[None]:
+def evaluating(model: EncoderDecoder) -> Iterator[None]:
     """eval() + inference_mode for the search; every module's train/eval flag is restored."""
     modes = [(module, module.training) for module in model.modules()]
     model.eval()
@@ -95,15 +96,14 @@ def evaluating(model: nn.Module) -> Iterator[None]:
 
 
 def max_output_lengths(
-    model: nn.Module, src_ids: Tensor, a: float, b: int, at_least: Tensor | int = 0
+    model: EncoderDecoder, src_ids: Tensor, a: float, b: int, at_least: Tensor | int = 0
 ) -> Tensor:
     """Most tokens (before EOS) each sentence may produce: floor(a · src_len + b), (B,), at
     least ``at_least`` (room for min_len and a prefix).
 
     Capped so that the decoder input <s> y1 .. y_max fits in the model's positions.
     """
-    max_positions = getattr(getattr(model, "config", None), "max_positions", None)
-    return output_length_limits(src_ids, a, b, max_positions, at_least)
+    return output_length_limits(src_ids, a, b, model.config.max_positions, at_least)
 
 
 def output_length_limits(
@@ -161,7 +161,7 @@ class RunningBatch:
     """
 
     def __init__(
-        self, model: nn.Module, memory: Tensor, src_mask: Tensor, use_cache: bool,
+        self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor, use_cache: bool,
         rules: SearchRules = SearchRules(), prefix: Tensor | None = None,  # noqa: B008 (frozen)
     ):  # fmt: skip
         self.model = model

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..config import DecodeConfig
 from ..data.batching import encode_source, length_batches, pad
 from ..data.tokenizer import Tokenizers
 from ..errors import BadValue, UserError
-from ..model.transformer import Transformer
+from ..model.base import EncoderDecoder
 from ..vocab import PAD_ID
 from .alignment import attach_attention, word_alignment
 from .beam import beam_search
@@ -44,7 +44,7 @@ SearchIds = Callable[
 
 
 def translate_ids(
-    model: nn.Module,
+    model: EncoderDecoder,
     sentences: list[list[int]],
     config: DecodeConfig,
     use_cache: bool = True,
@@ -119,7 +119,7 @@ def in_length_batches(
 
 
 def search(
-    model: nn.Module,
+    model: EncoderDecoder,
     src_ids: Tensor,
     config: DecodeConfig,
     use_cache: bool = True,
@@ -166,7 +166,7 @@ class TranslationResult:
 
 
 def translate(
-    model: Transformer,
+    model: EncoderDecoder,
     tokenizers: Tokenizers,
     sentences: list[str],
     decode: DecodeConfig,

@@ -18,8 +18,7 @@ from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..inference.engine import TorchEngine
 from ..inference.translate import translate
-from ..model.build import Seq2Seq
-from ..model.transformer import AttentionMaps
+from ..model.base import AttentionMaps, EncoderDecoder
 from ..vocab import BOS_ID
 from .report import write_html_report
 from .visualize import save_positional_plots, write_attention_figures
@@ -37,7 +36,7 @@ class Inspection:
 
 
 def inspect_sentence(
-    model: Seq2Seq,
+    model: EncoderDecoder,
     tokenizers: Tokenizers,
     sentence: str,
     decode: DecodeConfig,
@@ -75,9 +74,9 @@ def attention_job(
         seen = inspect_sentence(model, engine.tokenizers, sentence, engine.decode)
     files = write_attention_figures(seen.maps, seen.src_labels, seen.tgt_labels, out, layer, head,
                                     progress=True)  # fmt: skip
-    if model.config.architecture == "transformer":  # an RNN has no positional encoding
+    if model.encodes_positions:
         positions = min(model.config.max_positions, 100)
-        files += save_positional_plots(model.config.d_model, positions, out)
+        files += save_positional_plots(model.width, positions, out)
     lines = [f"source:      {seen.source}", f"translation: {seen.translation}",
              f"wrote {len(files)} figures (PNG and SVG) to {out}"]  # fmt: skip
     if html_report:

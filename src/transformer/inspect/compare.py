@@ -30,13 +30,13 @@ import numpy as np
 import torch
 from sacrebleu.metrics import BLEU
 
-from ..config import DecodeConfig, ModelConfig, RuntimeConfig
+from ..config import DecodeConfig, RuntimeConfig
 from ..data.batching import make_batches
 from ..data.binarized import TokenDataset
 from ..data.corpora import load_splits
 from ..errors import UserError
 from ..inference.engine import load_torch_engine
-from ..model.build import Seq2Seq
+from ..model.base import EncoderDecoder
 from ..model_dir.checkpoints import read_config, resolve_checkpoint
 from ..model_dir.layout import METRICS
 from ..model_dir.runs import RunDir, read_metrics
@@ -81,16 +81,6 @@ class Comparison:
     forward_batch: int
     device: str
     signatures: dict[str, str]  # sacreBLEU's, of the whole split and of the buckets
-
-
-def describe_model(config: ModelConfig) -> str:
-    """A short name of the architecture, e.g. "GRU, no attention", "Transformer (d 128, 3+3)"."""
-    if config.architecture == "rnn":
-        cell = config.rnn_cell.upper()
-        if config.rnn_attention == "none":
-            return f"{cell}, no attention"
-        return f"{cell} + {config.rnn_attention.capitalize()} attention"
-    return f"Transformer (d {config.d_model}, {config.n_encoder_layers}+{config.n_decoder_layers})"
 
 
 def check_run(path: Path) -> None:
@@ -155,7 +145,9 @@ def training_speed(path: Path) -> tuple[int, float | None, float | None, float |
 
 
 @torch.inference_mode()
-def forward_times(model: Seq2Seq, lengths: list[int], batch: int, repeats: int) -> list[float]:
+def forward_times(
+    model: EncoderDecoder, lengths: list[int], batch: int, repeats: int
+) -> list[float]:
     """Milliseconds of one teacher-forced forward pass of ``batch`` random sentences, per length.
 
     Source and target both have L tokens (the target starts with BOS); the median of ``repeats``
@@ -240,7 +232,7 @@ def compare_runs(
         engine = load_torch_engine(path, checkpoint, runtime, **(search or {}))
         hypotheses = engine.translate(sources).best
         bleu, exact = _scores(hypotheses, references, whole)
-        summary = RunSummary(path.name, str(path), describe_model(engine.config.model),
+        summary = RunSummary(path.name, str(path), engine.model.name,
                              engine.parameters, *training_speed(path), bleu, exact)  # fmt: skip
         for b in range(len(buckets)):
             rows = [i for i, k in enumerate(in_bucket) if k == b]

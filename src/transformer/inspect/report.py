@@ -16,10 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from ..files import atomic_write
-from ..model.transformer import AttentionMaps
+from ..model.base import ATTENTION_KINDS, AttentionMaps
 from .visualize import (
     KIND_TITLES,
-    KINDS,
     Panel,
     attention_panels,
     draw_panel,
@@ -145,7 +144,7 @@ def write_html_report(
     ]
     for panel in means:
         parts += [f"<h3>Layer {panel.layer}</h3>", _img(panel, annotate=True), weights_table(panel)]
-    for kind in KINDS:
+    for kind in ATTENTION_KINDS:
         in_kind = [p for p in panels if p.kind == kind]
         if in_kind:  # an RNN has encoder-decoder attention only
             parts += _kind_section(kind, in_kind)

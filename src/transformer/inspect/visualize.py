@@ -28,10 +28,9 @@ from tqdm import tqdm
 
 from ..errors import BadValue
 from ..files import write_bytes
+from ..model.base import ATTENTION_KINDS, AttentionMaps
 from ..model.embeddings import sinusoidal_table
-from ..model.transformer import AttentionMaps
 
-KINDS: tuple[str, ...] = ("encoder_self", "decoder_self", "cross")
 KIND_TITLES = {
     "encoder_self": "Encoder self-attention",
     "decoder_self": "Decoder masked self-attention",
@@ -102,7 +101,7 @@ def attention_panels(
     layer: int | None = None,
     head: int | None = None,
     batch_index: int = 0,
-    kinds: Sequence[str] = KINDS,
+    kinds: Sequence[str] = ATTENTION_KINDS,
 ) -> list[Panel]:
     """One panel per kind, layer and head of a forward pass, with tokens on both axes.
 
@@ -112,7 +111,7 @@ def attention_panels(
         tgt_labels: decoder input tokens, <s> + translation (the decoder's queries).
         layer, head: select one layer / head (from 0); None = all.
         batch_index: which sentence of the batch.
-        kinds: a subset of ``KINDS``.
+        kinds: a subset of ``ATTENTION_KINDS``.
     Shape:
         panel matrices are (S, S), (T, T) and (T, S), cropped to the labelled tokens.
     """
@@ -125,7 +124,9 @@ def attention_panels(
     }
     unknown = [kind for kind in kinds if kind not in per_kind]
     if unknown:
-        raise ValueError(f"unknown attention kind {unknown[0]!r}; choose from {', '.join(KINDS)}")
+        raise ValueError(
+            f"unknown attention kind {unknown[0]!r}; choose from {', '.join(ATTENTION_KINDS)}"
+        )
     panels = []
     for kind in kinds:
         layers, queries, keys = per_kind[kind]

@@ -1,8 +1,8 @@
 """The Transformer itself, in the order of the paper's Figure 1: masks, attention, layers
 (layer normalisation, feed-forward), embeddings and positional encodings, encoder, decoder,
 the key/value cache, and the whole model; then its predecessor, the RNN encoder-decoder (RNN
-encoder, RNN attention, RNN decoder, the whole model); and ``build_model``, which builds either
-from a ModelConfig."""
+encoder, RNN attention, RNN decoder, the whole model); ``EncoderDecoder``, the interface both
+implement; and ``build_model``, which builds either from a ModelConfig."""
 
 from .attention import (
     MultiHeadAttention,
@@ -10,7 +10,8 @@ from .attention import (
     attention_reference,
     scaled_dot_product_attention,
 )
-from .build import Seq2Seq, build_model, require_transformer
+from .base import ATTENTION_KINDS, AttentionMaps, Cache, EncoderDecoder
+from .build import build_model, require_transformer
 from .cache import DecoderCache, LayerCache
 from .decoder import Decoder, DecoderAttention, DecoderLayer
 from .embeddings import Embeddings, TokenEmbedding, sinusoidal_table
@@ -21,13 +22,14 @@ from .rnn import RNNEncoderDecoder
 from .rnn_attention import AdditiveAttention, MultiplicativeAttention, attend
 from .rnn_decoder import RNNDecoder, RNNState
 from .rnn_encoder import RNNEncoder
-from .transformer import AttentionMaps, Transformer
+from .transformer import Transformer
 
 __all__ = [
-    "AdditiveAttention", "AttentionMaps", "Decoder", "DecoderAttention", "DecoderCache",
-    "DecoderLayer", "Embeddings", "Encoder", "EncoderLayer", "FeedForward", "LayerCache",
-    "LayerNorm", "MultiHeadAttention", "MultiplicativeAttention", "RNNDecoder", "RNNEncoder",
-    "RNNEncoderDecoder", "RNNState", "Seq2Seq", "TokenEmbedding", "Transformer", "attend",
+    "ATTENTION_KINDS", "AdditiveAttention", "AttentionMaps", "Cache", "Decoder",
+    "DecoderAttention", "DecoderCache", "DecoderLayer", "Embeddings", "Encoder",
+    "EncoderDecoder", "EncoderLayer", "FeedForward", "LayerCache", "LayerNorm",
+    "MultiHeadAttention", "MultiplicativeAttention", "RNNDecoder", "RNNEncoder",
+    "RNNEncoderDecoder", "RNNState", "TokenEmbedding", "Transformer", "attend",
     "attention_fused", "attention_reference", "build_model", "combined_mask",
     "layer_norm_reference", "look_ahead_mask", "padding_mask", "require_transformer",
     "scaled_dot_product_attention", "sinusoidal_table",

@@ -1,9 +1,9 @@
 """One place that builds the network a ModelConfig describes (the Annotated Transformer's
 ``make_model``): the Transformer, or the RNN encoder-decoder it replaced.
 
-Both answer the same calls (``encode``, ``decode``, ``new_cache``, ``log_probs``,
-``attention_maps``), so training, search, evaluation and inspection take either. What only the
-Transformer can do (export to CTranslate2) asks ``require_transformer`` first.
+Both are an ``EncoderDecoder`` (base.py), so training, search, evaluation and inspection take
+either. What only the Transformer can do (export to CTranslate2) asks ``require_transformer``
+first.
 
 Every command that builds a model (train, translate, evaluate, serve, explain, average, export,
 import, info) builds it here, and here sizes whose float32 weights and position tables would not
@@ -18,13 +18,12 @@ import torch
 from ..config import ModelConfig
 from ..device import available_memory
 from ..errors import BadValue, UserError
+from .base import EncoderDecoder
 from .rnn import RNNEncoderDecoder
 from .transformer import Transformer
 
-Seq2Seq = Transformer | RNNEncoderDecoder  # what build_model returns
 
-
-def build_model(config: ModelConfig, origin: str = "") -> Seq2Seq:
+def build_model(config: ModelConfig, origin: str = "") -> EncoderDecoder:
     """The network of ``config.architecture``, with fresh weights (train mode), once
     ``check_memory`` has let its sizes through (on the meta device too: ``transformer info``).
 
@@ -35,7 +34,7 @@ def build_model(config: ModelConfig, origin: str = "") -> Seq2Seq:
     return _network(config)
 
 
-def _network(config: ModelConfig) -> Seq2Seq:
+def _network(config: ModelConfig) -> EncoderDecoder:
     return RNNEncoderDecoder(config) if config.architecture == "rnn" else Transformer(config)
 
 

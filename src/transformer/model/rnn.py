@@ -5,10 +5,9 @@
     (shifted right: <s> y1 y2 ...)
 
 (rnn_encoder.py, rnn_attention.py, rnn_decoder.py; Bahdanau et al. 2015, Luong et al. 2015.)
-It answers the calls a search makes of a ``Transformer`` (``encode``, ``decode`` with a state
-from ``new_cache``, ``log_probs``), so the same greedy and beam search, training loop,
-checkpoints, evaluation and ``attention`` figures work for both. Its "memory" is the source
-annotations; its cache is an ``RNNState``.
+It implements ``EncoderDecoder`` (base.py) as the Transformer does, so the same greedy and beam
+search, training loop, checkpoints, evaluation and ``attention`` figures work for both. Its
+"memory" is the source annotations; its cache is an ``RNNState``.
 
 Shapes: B batch, S source length, T target length, H hidden units, E embedding width,
 V target vocabulary.
@@ -22,10 +21,10 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..errors import UserError
 from ..vocab import PAD_ID
+from .base import AttentionMaps, EncoderDecoder
 from .decoder import DecoderAttention
 from .rnn_decoder import RNNDecoder, RNNState
 from .rnn_encoder import RNNEncoder
-from .transformer import AttentionMaps
 
 
 def _embedding(vocab_size: int, width: int) -> nn.Embedding:
@@ -38,8 +37,10 @@ def _embedding(vocab_size: int, width: int) -> nn.Embedding:
     return table
 
 
-class RNNEncoderDecoder(nn.Module):
+class RNNEncoderDecoder(EncoderDecoder):
     """The encoder-decoder with a GRU or LSTM, without attention or with Bahdanau's or Luong's."""
+
+    encodes_positions = False  # word order comes from the recurrence
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -55,11 +56,7 @@ class RNNEncoderDecoder(nn.Module):
         self.dropout = nn.Dropout(config.rnn_dropout)
         # The output layer: one score (logit) per target-vocabulary word, from the readout.
         self.output = nn.Linear(config.rnn_embedding, config.tgt_vocab_size, bias=False)
-        for module in self.modules():  # as the Transformer's linear layers
-            if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
+        self._init_linear_weights()  # as the Transformer's
         if config.tie_output:
             self.output.weight = tgt_tokens.weight
 
@@ -73,56 +70,22 @@ class RNNEncoderDecoder(nn.Module):
         """
         return self.encoder(src_ids)
 
-    def decode(
+    def decode_hidden(
         self,
         tgt_ids: Tensor,
         memory: Tensor,
         src_mask: Tensor,
         cache: RNNState | None = None,
     ) -> Tensor:
-        """Runs the decoder and the output layer.
+        """Runs the decoder up to the output layer (``EncoderDecoder.decode_hidden``); with a
+        cache, the state holds the earlier positions.
 
-        Args:
-            tgt_ids: decoder input ids (B, T), starting with BOS. With a cache: only the new
-                positions (the state holds the earlier ones).
-            memory, src_mask: from ``encode``.
-            cache: the decoder state after the earlier steps; updated in place.
         Shape:
-            returns logits (B, T, V).
+            returns the readout after dropout (B, T, E).
         """
         state = cache if cache is not None else RNNState()
         readout, _ = self.decoder(tgt_ids, memory, src_mask, state)  # (B, T, E)
-        return self.output(self.dropout(readout))  # (B, T, V)
-
-    def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
-        """Teacher forcing: logits for every target position.
-
-        Args:
-            src_ids: (B, S); tgt_ids: decoder input (B, T) = <s> y1 .. y_{T-1}.
-        Shape:
-            returns logits (B, T, V); position t scores the word that follows tgt_ids[:, :t+1].
-        """
-        memory, src_mask = self.encode(src_ids)
-        return self.decode(tgt_ids, memory, src_mask)
-
-    def hidden_states(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
-        """Teacher forcing up to the output layer, which a fused loss applies itself
-        (training/chunked_loss.py): ``forward`` is ``self.output(hidden_states(...))``.
-
-        Shape:
-            src_ids (B, S), tgt_ids (B, T) -> the readout after dropout (B, T, E).
-        """
-        memory, src_mask = self.encode(src_ids)
-        readout, _ = self.decoder(tgt_ids, memory, src_mask, RNNState())  # (B, T, E)
         return self.dropout(readout)
-
-    def log_probs(self, logits: Tensor) -> Tensor:
-        """log softmax over the vocabulary: (..., V) -> (..., V)."""
-        return torch.log_softmax(logits.float(), dim=-1)
-
-    def probabilities(self, logits: Tensor) -> Tensor:
-        """The final softmax: a distribution over the target vocabulary, (..., V) -> (..., V)."""
-        return torch.softmax(logits.float(), dim=-1)
 
     def new_cache(self) -> RNNState:
         """An empty decoder state for incremental decoding."""
@@ -136,10 +99,58 @@ class RNNEncoderDecoder(nn.Module):
         Shape:
             returns AttentionMaps(encoder=[], decoder=[cross (B, 1, T, S)]).
         """
-        if self.config.rnn_attention == "none":
+        if not self.attention_kinds:
             raise UserError("this RNN has no attention (model.rnn_attention = none): its decoder "
                             "sees one fixed vector, so there are no weights to draw")  # fmt: skip
         memory, src_mask = self.encode(src_ids)
         _, alphas = self.decoder(tgt_ids, memory, src_mask, RNNState(), need_weights=True)
         assert alphas is not None
         return AttentionMaps(encoder=[], decoder=[DecoderAttention(None, alphas[:, None])])
+
+    def parts(self) -> list[tuple[str, list[nn.Module]]]:
+        """The parts along the data flow (``EncoderDecoder.parts``)."""
+        config, decoder = self.config, self.decoder
+        shared = " (shared with source)" if config.share_embeddings else ""
+        cell, attention = config.rnn_cell.upper(), config.rnn_attention
+        tied = " (tied to target embedding)" if config.tie_output else ""
+        return [
+            ("source word embedding", [self.encoder.embedding]),
+            (f"target word embedding{shared}", [decoder.embedding]),
+            (f"encoder bidirectional {cell} x{config.rnn_layers}", [self.encoder.rnn]),
+            ("decoder initial state s_0 (W_s)", [decoder.bridge]),
+            (f"decoder {cell} x{config.rnn_layers}", [decoder.rnn]),
+            (f"attention ({attention})", [decoder.attention] if decoder.attention else []),
+            ("readout", [decoder.readout]),
+            (f"output linear{tied}", [self.output]),
+        ]
+
+    @property
+    def width(self) -> int:
+        """The hidden units of each RNN (rnn_hidden)."""
+        return self.config.rnn_hidden
+
+    @property
+    def alignment_layer(self) -> int:
+        """Its one attention, α_ij."""
+        return 0
+
+    @property
+    def attention_kinds(self) -> tuple[str, ...]:
+        """Encoder-decoder attention (α_ij, one layer of one head), or none."""
+        return () if self.config.rnn_attention == "none" else ("cross",)
+
+    @property
+    def name(self) -> str:
+        cell, attention = self.config.rnn_cell.upper(), self.config.rnn_attention
+        if attention == "none":
+            return f"{cell}, no attention"
+        return f"{cell} + {attention.capitalize()} attention"
+
+    @property
+    def summary(self) -> str:
+        config = self.config
+        return (
+            f"rnn cell={config.rnn_cell} attention={config.rnn_attention} "
+            f"hidden={config.rnn_hidden} embedding={config.rnn_embedding} "
+            f"layers={config.rnn_layers} vocab={config.src_vocab_size}/{config.tgt_vocab_size}"
+        )

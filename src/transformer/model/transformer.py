@@ -4,18 +4,20 @@
     target ids ──► Embeddings ──► Decoder (masked self-attn, enc-dec attn) ──► Linear ──► softmax
     (shifted right: <s> y1 y2 ...)
 
+It implements ``EncoderDecoder`` (base.py), where ``decode``, ``forward``, ``hidden_states`` and
+the final softmax are written once for it and the RNN encoder-decoder.
+
 Shapes: B batch, S source length, T target length, D model width, V target vocabulary.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..vocab import PAD_ID
+from .base import ATTENTION_KINDS, AttentionMaps, EncoderDecoder
 from .cache import DecoderCache
 from .decoder import Decoder, DecoderAttention
 from .embeddings import Embeddings, TokenEmbedding
@@ -23,16 +25,11 @@ from .encoder import Encoder
 from .masks import combined_mask, look_ahead_mask, padding_mask
 
 
-@dataclass
-class AttentionMaps:
-    """Every attention weight of one forward pass, layer by layer."""
-
-    encoder: list[Tensor]  # N x (B, H, S, S)
-    decoder: list[DecoderAttention]  # N x (self (B, H, T, T), cross (B, H, T, S))
-
-
-class Transformer(nn.Module):
+class Transformer(EncoderDecoder):
     """The encoder-decoder Transformer of "Attention Is All You Need"."""
+
+    attention_kinds = ATTENTION_KINDS
+    encodes_positions = True
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -55,14 +52,6 @@ class Transformer(nn.Module):
         if config.tie_output:
             self.output.weight = tgt_tokens.weight
 
-    def _init_linear_weights(self) -> None:
-        """Xavier-uniform weights, zero biases for every linear layer (as torch.nn.Transformer)."""
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-
     def encode(self, src_ids: Tensor) -> tuple[Tensor, Tensor]:
         """Runs the encoder.
 
@@ -75,27 +64,22 @@ class Transformer(nn.Module):
         memory, _ = self.encoder(self.src_embed(src_ids), src_mask)
         return memory, src_mask
 
-    def decode(
+    def decode_hidden(
         self,
         tgt_ids: Tensor,
         memory: Tensor,
         src_mask: Tensor,
         cache: DecoderCache | None = None,
     ) -> Tensor:
-        """Runs the decoder and the final linear layer.
+        """Runs the decoder stack (``EncoderDecoder.decode_hidden``).
 
-        Args:
-            tgt_ids: decoder input ids (B, T), starting with BOS. With a cache: only the new
-                positions, which must not be padding (generation never pads).
-            memory, src_mask: from ``encode``.
-            cache: keys and values of earlier steps; updated in place.
         Shape:
-            returns logits (B, T, V).
+            returns the decoder output (B, T, D), D = d_model.
         """
-        hidden, _ = self._decode_hidden(tgt_ids, memory, src_mask, cache, need_weights=False)
-        return self.output(hidden)  # (B, T, V)
+        hidden, _ = self._run_decoder(tgt_ids, memory, src_mask, cache, need_weights=False)
+        return hidden  # (B, T, D)
 
-    def _decode_hidden(
+    def _run_decoder(
         self,
         tgt_ids: Tensor,
         memory: Tensor,
@@ -114,36 +98,6 @@ class Transformer(nn.Module):
         x = self.tgt_embed(tgt_ids, offset=past)  # (B, T, D)
         return self.decoder(x, memory, tgt_mask, src_mask, cache, need_weights)
 
-    def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
-        """Teacher forcing: logits for every target position at once.
-
-        Args:
-            src_ids: (B, S); tgt_ids: decoder input (B, T) = <s> y1 .. y_{T-1}.
-        Shape:
-            returns logits (B, T, V); position t scores the word that follows tgt_ids[:, :t+1].
-        """
-        memory, src_mask = self.encode(src_ids)
-        return self.decode(tgt_ids, memory, src_mask)
-
-    def hidden_states(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
-        """Teacher forcing up to the final linear layer, which a fused loss applies itself
-        (training/chunked_loss.py): ``forward`` is ``self.output(hidden_states(...))``.
-
-        Shape:
-            src_ids (B, S), tgt_ids (B, T) -> decoder output (B, T, D).
-        """
-        memory, src_mask = self.encode(src_ids)
-        hidden, _ = self._decode_hidden(tgt_ids, memory, src_mask, None, need_weights=False)
-        return hidden
-
-    def log_probs(self, logits: Tensor) -> Tensor:
-        """log softmax over the vocabulary: (..., V) -> (..., V)."""
-        return torch.log_softmax(logits.float(), dim=-1)
-
-    def probabilities(self, logits: Tensor) -> Tensor:
-        """The final softmax: a distribution over the target vocabulary, (..., V) -> (..., V)."""
-        return torch.softmax(logits.float(), dim=-1)
-
     def new_cache(self) -> DecoderCache:
         """An empty key/value cache for incremental decoding."""
         return DecoderCache.empty(len(self.decoder.layers))
@@ -153,6 +107,55 @@ class Transformer(nn.Module):
         """All attention weights for a source and a (forced) target, through the reference path."""
         src_mask = padding_mask(src_ids, PAD_ID)
         memory, enc_weights = self.encoder(self.src_embed(src_ids), src_mask, need_weights=True)
-        _, dec_weights = self._decode_hidden(tgt_ids, memory, src_mask, None, need_weights=True)
+        _, dec_weights = self._run_decoder(tgt_ids, memory, src_mask, None, need_weights=True)
         assert enc_weights is not None and dec_weights is not None
         return AttentionMaps(encoder=enc_weights, decoder=dec_weights)
+
+    def parts(self) -> list[tuple[str, list[nn.Module]]]:
+        """The parts of Figure 1, bottom to top (``EncoderDecoder.parts``)."""
+        config = self.config
+        shared = " (shared with source)" if config.share_embeddings else ""
+        rows = [
+            ("source token embedding", [self.src_embed.tokens]),
+            (f"target token embedding{shared}", [self.tgt_embed.tokens]),
+            (f"source positional encoding ({config.positional})", [self.src_embed.positions]),
+            (f"target positional encoding ({config.positional})", [self.tgt_embed.positions]),
+        ]
+        for i, layer in enumerate(self.encoder.layers, 1):
+            rows.append((f"encoder {i} self-attention", [layer.self_attn]))
+            rows.append((f"encoder {i} add & norm x2", [layer.norm1, layer.norm2]))
+            rows.append((f"encoder {i} feed-forward", [layer.feed_forward]))
+        rows.append(("encoder final norm", [self.encoder.final_norm]))
+        for i, layer in enumerate(self.decoder.layers, 1):
+            rows.append((f"decoder {i} masked self-attention", [layer.self_attn]))
+            rows.append((f"decoder {i} encoder-decoder attention", [layer.cross_attn]))
+            rows.append((f"decoder {i} add & norm x3", [layer.norm1, layer.norm2, layer.norm3]))
+            rows.append((f"decoder {i} feed-forward", [layer.feed_forward]))
+        rows.append(("decoder final norm", [self.decoder.final_norm]))
+        tied = " (tied to target embedding)" if config.tie_output else ""
+        return [*rows, (f"output linear{tied}", [self.output])]
+
+    @property
+    def width(self) -> int:
+        """d_model."""
+        return self.config.d_model
+
+    @property
+    def alignment_layer(self) -> int:
+        """The last decoder layer; inference/alignment.py says why."""
+        return len(self.decoder.layers) - 1
+
+    @property
+    def name(self) -> str:
+        layers = f"{self.config.n_encoder_layers}+{self.config.n_decoder_layers}"
+        return f"Transformer (d {self.config.d_model}, {layers})"
+
+    @property
+    def summary(self) -> str:
+        config = self.config
+        return (
+            f"d_model={config.d_model} heads={config.n_heads} d_ff={config.d_ff} "
+            f"layers={config.n_encoder_layers}+{config.n_decoder_layers} "
+            f"vocab={config.src_vocab_size}/{config.tgt_vocab_size} "
+            f"{'pre' if config.norm_first else 'post'}-norm"
+        )

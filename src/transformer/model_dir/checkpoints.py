@@ -24,7 +24,8 @@ from safetensors.torch import save
 from ..config import RunConfig, build_config
 from ..errors import UserError
 from ..files import built_aside, describe_os_error, remove_tree, write_bytes, write_json_atomic
-from ..model.build import Seq2Seq, build_model
+from ..model.base import EncoderDecoder
+from ..model.build import build_model
 from ..reading import entry_in, read_json
 from ..temporaries import clean_leftovers
 from .layout import (
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------- writing
-def _serialize(model: Seq2Seq, config: RunConfig, trainer: dict | None) -> dict[str, bytes]:
+def _serialize(model: EncoderDecoder, config: RunConfig, trainer: dict | None) -> dict[str, bytes]:
     """The checkpoint's files as bytes, so that writing them is plain file I/O whose errors
     (a full disk above all) are OSErrors that say what happened."""
     weights = {name: tensor.cpu() for name, tensor in model_state(model).items()}  # any device
@@ -58,7 +59,7 @@ def _serialize(model: Seq2Seq, config: RunConfig, trainer: dict | None) -> dict[
 
 
 def save_checkpoint(
-    checkpoints: Path, name: str, model: Seq2Seq, config: RunConfig, trainer: dict | None
+    checkpoints: Path, name: str, model: EncoderDecoder, config: RunConfig, trainer: dict | None
 ) -> Path:
     """Writes checkpoint ``name`` atomically and returns its folder (index.json is not touched).
 
@@ -136,7 +137,7 @@ def step_checkpoints(checkpoints: Path) -> list[Path]:
 class Loaded:
     """A model ready to use, with its config and the folder it came from."""
 
-    model: Seq2Seq
+    model: EncoderDecoder
     config: RunConfig
     path: Path
 

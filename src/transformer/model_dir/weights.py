@@ -14,14 +14,14 @@ from safetensors.torch import load
 
 from ..errors import UserError
 from ..files import describe_os_error
-from ..model.build import Seq2Seq
+from ..model.base import EncoderDecoder
 
 # The one tensor whose entries may be −inf: the output bias of a row that must never be produced
 # (an imported model's padding row, an exported one's unused entries: hub/marian_vocab.py).
 MAY_BE_MINUS_INF = ("output.bias", "final_logits_bias")
 
 
-def model_state(model: Seq2Seq) -> dict[str, torch.Tensor]:
+def model_state(model: EncoderDecoder) -> dict[str, torch.Tensor]:
     """The weights to save. ``named_parameters`` lists a tied tensor once, under its first name
     (safetensors refuses two names for one storage)."""
     return {name: p.detach().contiguous() for name, p in model.named_parameters()}
@@ -64,7 +64,7 @@ def check_weights_finite(tensor: torch.Tensor, name: str, path: Path) -> None:
                         "produced; these weights are damaged and not used")  # fmt: skip
 
 
-def load_weights(model: Seq2Seq, path: Path) -> None:
+def load_weights(model: EncoderDecoder, path: Path) -> None:
     """Copies safetensors weights into ``model``; names and shapes must match exactly."""
     state = weights_of(model, path)
     with torch.no_grad():
@@ -72,7 +72,7 @@ def load_weights(model: Seq2Seq, path: Path) -> None:
             param.copy_(state[name])
 
 
-def weights_of(model: Seq2Seq, path: Path) -> dict[str, torch.Tensor]:
+def weights_of(model: EncoderDecoder, path: Path) -> dict[str, torch.Tensor]:
     """``read_weights``, whose names and shapes must be exactly ``model``'s (which may be on the
     meta device: only its shapes are read)."""
     state = read_weights(path)

@@ -4,7 +4,7 @@
     POST /score       (source, target) pairs in, the model's log-probability of each out
     POST /attention   the encoder-decoder attention weights of one sentence, for the page
     POST /step-through  one sentence through the model, step by step: the data of the page
-                      GET /step-through?sentence=...&beam=... draws (the step-through view)
+                      GET /step-through?sentence=...&beam_size=... draws (the step-through view)
     GET  /info        languages, configs, parameter count and engine
     GET  /health      readiness, and how many requests are in flight
     GET  /            the web page (``page/``), served by the app itself: no CDN
@@ -26,8 +26,9 @@ batching are the same for both; /attention and /step-through need our model's at
 and intermediates, so with CTranslate2 they answer 501, which the pages show (as /attention does
 for an RNN encoder-decoder without attention).
 
-(No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations, which name
-request models made inside ``create_app``.)
+The endpoints are module-level functions on two routers (``api``, behind the API key when there
+is one, and ``public``); what they serve is ``Served``, in ``app.state.served``.
+(No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations.)
 """
 
 import asyncio
@@ -37,14 +38,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel
 
 from ..config import DecodeConfig
 from ..errors import BadValue, UserError
@@ -60,229 +62,294 @@ from .config import ServeConfig
 from .errors import INTERNAL, ApiError, add_error_handlers, key_required, statuses
 from .middleware import CLIENT_GONE, AccessLog, BodyLimit, HeadAsGet
 from .schema import (
+    AttentionRequest,
     AttentionResponse,
     HealthResponse,
     Hypothesis,
     InfoResponse,
+    Limits,
     PairScore,
+    ScoreRequest,
     ScoreResponse,
     SentenceTranslation,
+    StepThroughRequest,
     StepThroughResponse,
+    TranslateRequest,
     TranslateResponse,
-    request_models,
+    search_options,
 )
 
 PAGE = Path(__file__).parent / "page"
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class Served:
+    """What the endpoints serve: the engine, its worker, the service's config and limits, and
+    the default search (the engine's, batched by ``serve.batch_tokens``)."""
+
+    engine: Engine
+    batcher: Batcher
+    config: ServeConfig
+    limits: Limits
+    default: DecodeConfig
+
+    @property
+    def max_positions(self) -> int:
+        return self.engine.config.model.max_positions
+
+
 def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:  # noqa: B008
     """The app that serves ``engine``; its worker thread starts now and stops at shutdown.
 
     ``config.api_key`` (already resolved from the environment by the caller), when set, is
-    required as ``Authorization: Bearer KEY`` on /translate, /attention and /info.
+    required as ``Authorization: Bearer KEY`` on /translate, /score, /attention, /step-through
+    and /info.
     """
-    default = replace(engine.decode, max_source_tokens=config.batch_tokens)
     batcher = Batcher(engine, config.batch_tokens, config.max_wait_ms, config.max_queue)
-    model_config = engine.config.model
-    requests = request_models(config, model_config.max_positions)
-    TranslateRequest, AttentionRequest, ScoreRequest, StepThroughRequest = requests
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        yield
-        await asyncio.to_thread(batcher.close)  # finishes what is queued
-
-    app = FastAPI(title="transformer", version="1", lifespan=lifespan, docs_url=None,
+    limits = Limits.of(config, engine.config.model.max_positions)
+    default = replace(engine.decode, max_source_tokens=config.batch_tokens)
+    app = FastAPI(title="transformer", version="1", lifespan=_lifespan, docs_url=None,
                   redoc_url=None, summary="Translation with the Transformer of 'Attention Is "
                   "All You Need'.")  # fmt: skip
-    app.state.batcher = batcher
+    app.state.served = Served(engine, batcher, config, limits, default)
     app.add_middleware(HeadAsGet)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, timeout=config.body_timeout)
     app.add_middleware(AccessLog)
     add_error_handlers(app)
-    protected, keyed = key_required(config.api_key), (401,) if config.api_key else ()
-
-    async def answer(future_of: Callable[[], Future], request: Request) -> Any:
-        """What the worker returns for a job, as the API's errors when it cannot; a job whose
-        client left or whose time ran out is abandoned (no more work on it)."""
-        try:
-            future = future_of()
-        except QueueFull as error:
-            raise ApiError(429, "queue_full", f"the server is busy: {error}; retry later",
-                           {"Retry-After": "1"}) from None  # fmt: skip
-        except ShuttingDown as error:
-            raise ApiError(503, "shutting_down", str(error)) from None
-        result, left = asyncio.wrap_future(future), asyncio.ensure_future(_client_left(request))
-        try:
-            await asyncio.wait({result, left}, timeout=config.timeout,
-                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
-        finally:
-            left.cancel()
-        if not result.done():
-            batcher.abandon(future)
-            if left.done() and not left.cancelled():
-                raise ApiError(CLIENT_GONE, "client_closed_request", "the client left")
-            message = f"no answer within {config.timeout:g} s (serve.timeout); try again later"
-            raise ApiError(504, "timeout", message)
-        try:
-            return result.result()
-        except UserError as error:
-            raise ApiError(422, "invalid_request", str(error)) from None
-        except Exception:  # a bug: its traceback goes to the log, not to the client
-            log.exception("the worker failed")
-            raise ApiError(500, "internal_error", INTERNAL) from None
-
-    def check_cost(cost: Cost, advice: str) -> None:
-        """422 for a request that may make the model process more than ``serve.max_cost``
-        tokens (``inference/cost.py`` counts them), before it is queued."""
-        if cost.tokens > config.max_cost:
-            raise ApiError(422, "over_budget", f"this request may make the model process "
-                           f"{cost}; this server allows {config.max_cost:,} (serve.max_cost): "
-                           f"{advice}")  # fmt: skip
-
-    def check_search(sentences: list[str], prefixes: list[str] | None, decode: DecodeConfig,
-                     rerun: int = 0) -> None:  # fmt: skip
-        cost = translation_cost(engine.tokenizers, sentences, prefixes, decode,
-                                model_config.max_positions, rerun)  # fmt: skip
-        check_cost(cost, "send fewer sentences or shorter prefixes, or a smaller beam, nbest, "
-                   "max_len or min_len")  # fmt: skip
-
-    @app.post("/translate", response_model=TranslateResponse, **protected,
-              responses=statuses(*keyed, 400, 408, 413, 422, 429, 500, 503, 504))  # fmt: skip
-    async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:
-        """Translates one or more sentences; the search options default to the model's."""
-        start = time.perf_counter()
-        sentences: list[str] = body.sentences
-        request.state.log = _log_fields(sentences, config.log_text)
-        _check_prefixes(body.prefix, len(sentences), engine, model_config.max_positions)
-        same = {name: getattr(body, name) for name in _SAME_NAMES}
-        decode = _search(default, body.beam, body.nbest, body.max_len, body.sampling, **same)
-        check_search(sentences, body.prefix, decode)
-        batched = await answer(lambda: batcher.translate(sentences, decode, body.prefix), request)
-        truncated = set(batched.result.truncated)
-        translations = [
-            SentenceTranslation(
-                text=options[0].text,
-                score=_finite(options[0].score),
-                nbest=[Hypothesis(text=o.text, score=_finite(o.score), alignment=_pharaoh(o))
-                       for o in options],
-                truncated=i in truncated,
-                alignment=_pharaoh(options[0]),
-            )  # fmt: skip
-            for i, options in enumerate(batched.result.nbest)
-        ]  # fmt: skip
-        ms = (time.perf_counter() - start) * 1000
-        return TranslateResponse(translations=translations, time_ms=ms,
-                                 batch_sentences=batched.batch_sentences)  # fmt: skip
-
-    @app.post("/score", response_model=ScoreResponse, **protected,
-              responses=statuses(*keyed, 400, 408, 413, 422, 429, 500, 503, 504))  # fmt: skip
-    async def score(body: ScoreRequest, request: Request) -> ScoreResponse:
-        """The model's log-probability of each target given its source (teacher-forced), total,
-        per token and length-penalised: for filtering data, reranking, checking a model."""
-        start = time.perf_counter()
-        request.state.log = _log_fields(body.sources, config.log_text)
-        if len(body.targets) != len(body.sources):
-            raise ApiError(422, "invalid_request", f"targets: {len(body.targets)} targets for "
-                           f"{len(body.sources)} sources; give one per source")  # fmt: skip
-        cost = scoring_cost(engine.tokenizers, body.sources, body.targets,
-                            model_config.max_positions)  # fmt: skip
-        check_cost(cost, "send fewer or shorter pairs")
-        decode = default
-        if body.length_penalty is not None:
-            decode = replace(default, length_penalty=body.length_penalty)
-        found = await answer(lambda: batcher.call(
-            lambda: engine.score(body.sources, body.targets, decode)), request)  # fmt: skip
-        cut = set(found.truncated)
-        scores = [PairScore(log_prob=_finite(p.log_prob), per_token=_finite(p.per_token),
-                            score=_finite(p.penalised), tokens=p.tokens, truncated=i in cut)
-                  for i, p in enumerate(found.scores)]  # fmt: skip
-        return ScoreResponse(scores=scores, time_ms=(time.perf_counter() - start) * 1000)
-
-    @app.post("/attention", response_model=AttentionResponse, **protected,
-              responses=statuses(*keyed, 400, 408, 413, 422, 429, 500, 501, 503, 504))  # fmt: skip
-    async def attention(body: AttentionRequest, request: Request) -> AttentionResponse:
-        """Translates one sentence and returns its encoder-decoder attention, layer by layer
-        (torch engine only: 501 with CTranslate2)."""
-        start = time.perf_counter()
-        if not isinstance(engine, TorchEngine):
-            raise ApiError(501, "not_implemented", f"attention maps need the torch engine; this "
-                           f"server runs {engine.name} (serve --engine torch)")  # fmt: skip
-        if (engine.config.model.architecture, engine.config.model.rnn_attention) == ("rnn", "none"):
-            raise ApiError(501, "not_implemented", "this RNN has no attention (model."
-                           "rnn_attention = none): there are no weights to draw")  # fmt: skip
-        request.state.log = _log_fields([body.sentence], config.log_text)
-        decode = _search(default, body.beam, 1, body.max_len, False)
-        prefix = body.prefix
-        _check_prefixes(None if prefix is None else [prefix], 1, engine, model_config.max_positions)
-        check_search([body.sentence], None if prefix is None else [prefix], decode, rerun=1)
-
-        def inspect() -> dict:
-            with torch.inference_mode(), engine.precision():
-                seen = inspect_sentence(engine.model, engine.tokenizers, body.sentence, decode,
-                                        prefix)  # fmt: skip
-            # Rounded in float64: a float32 0.0001 would reach the JSON as 9.999999747378752e-05.
-            weights = [layer.cross_attention[0].double() for layer in seen.maps.decoder]
-            return {"translation": seen.translation, "source_tokens": seen.src_labels,
-                    "target_tokens": seen.tgt_labels,
-                    "cross_attention": [w.round(decimals=4).tolist()  # (H, T, S) per layer
-                                        for w in weights]}  # fmt: skip
-
-        found = await answer(lambda: batcher.call(inspect), request)
-        return AttentionResponse(**found, time_ms=(time.perf_counter() - start) * 1000)
-
-    @app.post("/step-through", response_model=StepThroughResponse, **protected,
-              responses=statuses(*keyed, 400, 408, 413, 422, 429, 500, 501, 503, 504))  # fmt: skip
-    async def step_through(body: StepThroughRequest, request: Request) -> StepThroughResponse:
-        """One sentence through the model, step by step, with the model's own numbers: what
-        the step-through page draws (torch engine only: 501 with CTranslate2)."""
-        start = time.perf_counter()
-        if not isinstance(engine, TorchEngine):
-            raise ApiError(501, "not_implemented", "the step-through view needs the torch "
-                           f"engine; this server runs {engine.name} (--engine torch)")  # fmt: skip
-        request.state.log = _log_fields([body.sentence], config.log_text)
-        decode = _search(default, body.beam, 1, body.max_len, False)
-        check_search([body.sentence], None, decode, rerun=1)
-
-        def trace() -> dict:
-            return engine_view(engine, body.sentence, decode)
-
-        view = await answer(lambda: batcher.call(trace), request)
-        ms = (time.perf_counter() - start) * 1000
-        return StepThroughResponse(translation=view["translation"], view=view, time_ms=ms)
-
-    @app.get("/info", response_model=InfoResponse, **protected, responses=statuses(*keyed))
-    async def info() -> InfoResponse:
-        """The languages, the model's config and size, the engine, the default search and the
-        limits."""
-        data = engine.config.data
-        limits = {name: getattr(config, name) for name in ("max_body_bytes", "max_sentences",
-                  "max_chars", "max_beam", "max_queue", "timeout", "max_cost", "body_timeout",
-                  "idle_timeout")}  # fmt: skip
-        return InfoResponse(
-            source_language=data.src_lang, target_language=data.tgt_lang,
-            parameters=engine.parameters, checkpoint=engine.path.name, engine=engine.name,
-            device=engine.device, model=asdict(model_config), decode=asdict(default),
-            limits=limits,
-        )  # fmt: skip
-
-    @app.get("/health", response_model=HealthResponse)
-    async def health() -> HealthResponse:
-        """Ready: the model is loaded (the server listens only once it is)."""
-        return HealthResponse(status="ok", in_flight=batcher.in_flight)
-
-    @app.get("/", include_in_schema=False)
-    async def page() -> FileResponse:
-        return FileResponse(PAGE / "index.html", headers=_PAGE_HEADERS)
-
-    @app.get("/step-through", include_in_schema=False)
-    async def step_page() -> HTMLResponse:
-        return HTMLResponse(page_html(None, "/steps/"), headers=_PAGE_HEADERS)
-
+    keyed = statuses(401) if config.api_key else {}
+    app.include_router(api, **key_required(config.api_key), responses=keyed)
+    app.include_router(public)
     app.mount("/page", StaticFiles(directory=PAGE), name="page")
     app.mount("/steps", StaticFiles(directory=STEP_PAGE), name="steps")
+
+    def openapi() -> dict[str, Any]:  # FastAPI's schema, with this server's limits in it
+        if app.openapi_schema is None:
+            limits.narrow(FastAPI.openapi(app))
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI):
+    yield
+    await asyncio.to_thread(app.state.served.batcher.close)  # finishes what is queued
+
+
+api, public = APIRouter(), APIRouter()
+_ERRORS = (400, 408, 413, 422, 429, 500, 503, 504)  # what a request sent to the model may meet
+
+
+def _served(request: Request, body: BaseModel | None = None) -> Served:
+    """The app's ``Served``, once ``body`` is within the server's limits (422 if not)."""
+    served: Served = request.app.state.served
+    over = None if body is None else served.limits.check(body)
+    if over is not None:
+        raise ApiError(422, "invalid_request", over)
+    return served
+
+
+@api.post("/translate", response_model=TranslateResponse, responses=statuses(*_ERRORS))
+async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:
+    """Translates one or more sentences; the search options default to the model's."""
+    start, served = time.perf_counter(), _served(request, body)
+    sentences: list[str] = body.sentences
+    request.state.log = _log_fields(sentences, served.config.log_text)
+    _check_prefixes(served, body.prefix, len(sentences))
+    decode = _search(served.default, **search_options(body))
+    _check_search(served, sentences, body.prefix, decode)
+    batched = await _answer(
+        served, lambda: served.batcher.translate(sentences, decode, body.prefix), request
+    )
+    truncated = set(batched.result.truncated)
+    translations = [
+        SentenceTranslation(
+            text=options[0].text,
+            score=_finite(options[0].score),
+            nbest=[Hypothesis(text=o.text, score=_finite(o.score), alignment=_pharaoh(o))
+                   for o in options],
+            truncated=i in truncated,
+            alignment=_pharaoh(options[0]),
+        )  # fmt: skip
+        for i, options in enumerate(batched.result.nbest)
+    ]  # fmt: skip
+    ms = (time.perf_counter() - start) * 1000
+    return TranslateResponse(translations=translations, time_ms=ms,
+                             batch_sentences=batched.batch_sentences)  # fmt: skip
+
+
+@api.post("/score", response_model=ScoreResponse, responses=statuses(*_ERRORS))
+async def score(body: ScoreRequest, request: Request) -> ScoreResponse:
+    """The model's log-probability of each target given its source (teacher-forced), total,
+    per token and length-penalised: for filtering data, reranking, checking a model."""
+    start, served = time.perf_counter(), _served(request, body)
+    engine = served.engine
+    request.state.log = _log_fields(body.sources, served.config.log_text)
+    if len(body.targets) != len(body.sources):
+        raise ApiError(422, "invalid_request", f"targets: {len(body.targets)} targets for "
+                       f"{len(body.sources)} sources; give one per source")  # fmt: skip
+    cost = scoring_cost(engine.tokenizers, body.sources, body.targets, served.max_positions)
+    _check_cost(served, cost, "send fewer or shorter pairs")
+    decode = _search(served.default, **search_options(body))
+    found = await _answer(served, lambda: served.batcher.call(
+        lambda: engine.score(body.sources, body.targets, decode)), request)  # fmt: skip
+    cut = set(found.truncated)
+    scores = [PairScore(log_prob=_finite(p.log_prob), per_token=_finite(p.per_token),
+                        score=_finite(p.penalised), tokens=p.tokens, truncated=i in cut)
+              for i, p in enumerate(found.scores)]  # fmt: skip
+    return ScoreResponse(scores=scores, time_ms=(time.perf_counter() - start) * 1000)
+
+
+@api.post("/attention", response_model=AttentionResponse, responses=statuses(*_ERRORS, 501))
+async def attention(body: AttentionRequest, request: Request) -> AttentionResponse:
+    """Translates one sentence and returns its encoder-decoder attention, layer by layer
+    (torch engine only: 501 with CTranslate2)."""
+    start, served = time.perf_counter(), _served(request, body)
+    engine = served.engine
+    if not isinstance(engine, TorchEngine):
+        raise ApiError(501, "not_implemented", f"attention maps need the torch engine; this "
+                       f"server runs {engine.name} (serve --engine torch)")  # fmt: skip
+    if "cross" not in engine.model.attention_kinds:
+        raise ApiError(501, "not_implemented", "this model has no attention to draw (an RNN "
+                       "with model.rnn_attention = none)")  # fmt: skip
+    request.state.log = _log_fields([body.sentence], served.config.log_text)
+    decode = _one_beam(served.default, body)
+    prefixes = None if body.prefix is None else [body.prefix]
+    _check_prefixes(served, prefixes, 1)
+    _check_search(served, [body.sentence], prefixes, decode, rerun=1)
+
+    def inspect() -> dict:
+        with torch.inference_mode(), engine.precision():
+            seen = inspect_sentence(engine.model, engine.tokenizers, body.sentence, decode,
+                                    body.prefix)  # fmt: skip
+        # Rounded in float64: a float32 0.0001 would reach the JSON as 9.999999747378752e-05.
+        weights = [layer.cross_attention[0].double() for layer in seen.maps.decoder]
+        return {"translation": seen.translation, "source_tokens": seen.src_labels,
+                "target_tokens": seen.tgt_labels,
+                "cross_attention": [w.round(decimals=4).tolist()  # (H, T, S) per layer
+                                    for w in weights]}  # fmt: skip
+
+    found = await _answer(served, lambda: served.batcher.call(inspect), request)
+    return AttentionResponse(**found, time_ms=(time.perf_counter() - start) * 1000)
+
+
+@api.post("/step-through", response_model=StepThroughResponse,
+          responses=statuses(*_ERRORS, 501))  # fmt: skip
+async def step_through(body: StepThroughRequest, request: Request) -> StepThroughResponse:
+    """One sentence through the model, step by step, with the model's own numbers: what
+    the step-through page draws (torch engine only: 501 with CTranslate2)."""
+    start, served = time.perf_counter(), _served(request, body)
+    engine = served.engine
+    if not isinstance(engine, TorchEngine):
+        raise ApiError(501, "not_implemented", "the step-through view needs the torch "
+                       f"engine; this server runs {engine.name} (--engine torch)")  # fmt: skip
+    request.state.log = _log_fields([body.sentence], served.config.log_text)
+    decode = _one_beam(served.default, body)
+    _check_search(served, [body.sentence], None, decode, rerun=1)
+    view = await _answer(
+        served,
+        lambda: served.batcher.call(lambda: engine_view(engine, body.sentence, decode)),
+        request,
+    )
+    ms = (time.perf_counter() - start) * 1000
+    return StepThroughResponse(translation=view["translation"], view=view, time_ms=ms)
+
+
+@api.get("/info", response_model=InfoResponse)
+async def info(request: Request) -> InfoResponse:
+    """The languages, the model's config and size, the engine, the default search and the
+    limits."""
+    served = _served(request)
+    engine, config = served.engine, served.config
+    limits = {name: getattr(config, name) for name in ("max_body_bytes", "max_sentences",
+              "max_chars", "max_beam", "max_queue", "timeout", "max_cost", "body_timeout",
+              "idle_timeout")}  # fmt: skip
+    return InfoResponse(
+        source_language=engine.config.data.src_lang, target_language=engine.config.data.tgt_lang,
+        parameters=engine.parameters, checkpoint=engine.path.name, engine=engine.name,
+        device=engine.device, model=asdict(engine.config.model), decode=asdict(served.default),
+        limits=limits,
+    )  # fmt: skip
+
+
+@public.get("/health", response_model=HealthResponse)
+async def health(request: Request) -> HealthResponse:
+    """Ready: the model is loaded (the server listens only once it is)."""
+    return HealthResponse(status="ok", in_flight=_served(request).batcher.in_flight)
+
+
+@public.get("/", include_in_schema=False)
+async def page() -> FileResponse:
+    return FileResponse(PAGE / "index.html", headers=_PAGE_HEADERS)
+
+
+@public.get("/step-through", include_in_schema=False)
+async def step_page() -> HTMLResponse:
+    return HTMLResponse(page_html(None, "/steps/"), headers=_PAGE_HEADERS)
+
+
+async def _answer(served: Served, future_of: Callable[[], Future], request: Request) -> Any:
+    """What the worker returns for a job, as the API's errors when it cannot; a job whose
+    client left or whose time ran out is abandoned (no more work on it)."""
+    try:
+        future = future_of()
+    except QueueFull as error:
+        raise ApiError(429, "queue_full", f"the server is busy: {error}; retry later",
+                       {"Retry-After": "1"}) from None  # fmt: skip
+    except ShuttingDown as error:
+        raise ApiError(503, "shutting_down", str(error)) from None
+    timeout = served.config.timeout
+    result, left = asyncio.wrap_future(future), asyncio.ensure_future(_client_left(request))
+    try:
+        await asyncio.wait({result, left}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        left.cancel()
+    if not result.done():
+        served.batcher.abandon(future)
+        if left.done() and not left.cancelled():
+            raise ApiError(CLIENT_GONE, "client_closed_request", "the client left")
+        message = f"no answer within {timeout:g} s (serve.timeout); try again later"
+        raise ApiError(504, "timeout", message)
+    try:
+        return result.result()
+    except UserError as error:
+        raise ApiError(422, "invalid_request", str(error)) from None
+    except Exception:  # a bug: its traceback goes to the log, not to the client
+        log.exception("the worker failed")
+        raise ApiError(500, "internal_error", INTERNAL) from None
+
+
+def _search(default: DecodeConfig, **options: object) -> DecodeConfig:
+    """The server's default search with a request's options on top, as ``translate --decode.*``
+    puts them (``DecodeConfig.with_search``); 422 if they conflict."""
+    try:
+        return default.with_search(**options)
+    except BadValue as error:  # e.g. nbest above beam_size, min_len above max_len_b
+        raise ApiError(422, "invalid_request", str(error)) from None
+
+
+def _one_beam(default: DecodeConfig, body: BaseModel) -> DecodeConfig:
+    """The search of /attention and /step-through: one beam search, its best hypothesis."""
+    return _search(default, **{"nbest": 1, "sampling": False, **search_options(body)})
+
+
+def _check_cost(served: Served, cost: Cost, advice: str) -> None:
+    """422 for a request that may make the model process more than ``serve.max_cost``
+    tokens (``inference/cost.py`` counts them), before it is queued."""
+    most = served.config.max_cost
+    if cost.tokens > most:
+        raise ApiError(422, "over_budget", f"this request may make the model process {cost}; "
+                       f"this server allows {most:,} (serve.max_cost): {advice}")  # fmt: skip
+
+
+def _check_search(served: Served, sentences: list[str], prefixes: list[str] | None,
+                  decode: DecodeConfig, rerun: int = 0) -> None:  # fmt: skip
+    cost = translation_cost(served.engine.tokenizers, sentences, prefixes, decode,
+                            served.max_positions, rerun)  # fmt: skip
+    _check_cost(served, cost, "send fewer sentences or shorter prefixes, or a smaller "
+                "beam_size, nbest, max_len_b or min_len")  # fmt: skip
 
 
 async def _client_left(request: Request) -> None:
@@ -299,40 +366,7 @@ _PAGE_HEADERS = {
 }
 
 
-# Request fields that are DecodeConfig fields of the same name and meaning.
-_SAME_NAMES = ("top_p", "min_len", "no_repeat_ngram", "repetition_penalty", "alignment")
-
-
-def _search(
-    default: DecodeConfig, beam: int | None, nbest: int | None, max_len: int | None,
-    sampling: bool | None, **same: object,
-) -> DecodeConfig:  # fmt: skip
-    """The server's default search with a request's options on top (422 if they conflict);
-    ``same``: DecodeConfig fields as the request gives them (None: the default)."""
-    changes: dict[str, Any] = {name: value for name, value in same.items() if value is not None}
-    if sampling is not None:
-        changes["sampling"] = sampling
-    if beam is not None:
-        changes["beam_size"] = beam
-    if nbest is not None:
-        changes["nbest"] = nbest
-        if beam is None and nbest > default.beam_size:
-            changes["beam_size"] = nbest  # as `translate --decode.nbest` does: widen the beam
-    if max_len is not None:
-        changes["max_len_a"], changes["max_len_b"] = 0.0, max_len
-    settings = {**asdict(default), **changes}
-    if settings["nbest"] > settings["beam_size"] and not settings["sampling"]:
-        raise ApiError(422, "invalid_request", f"nbest ({settings['nbest']}) cannot exceed beam "
-                       f"({settings['beam_size']}) unless sampling")  # fmt: skip
-    try:
-        return replace(default, **changes)
-    except BadValue as error:  # e.g. min_len above max_len, or a server's own odd default
-        raise ApiError(422, "invalid_request", str(error)) from None
-
-
-def _check_prefixes(
-    prefixes: list[str] | None, count: int, engine: Engine, max_positions: int
-) -> None:
+def _check_prefixes(served: Served, prefixes: list[str] | None, count: int) -> None:
     """One prefix per sentence, each leaving room for </s>: checked before the request is
     queued, so that a bad one cannot fail the requests decoded with it."""
     if prefixes is None:
@@ -340,8 +374,9 @@ def _check_prefixes(
     if len(prefixes) != count:
         raise ApiError(422, "invalid_request", f"prefix: {len(prefixes)} for {count} sentences; "
                        "give one per sentence ('' for none)")  # fmt: skip
+    max_positions = served.max_positions
     for i, prefix in enumerate(prefixes):
-        pieces = len(engine.tokenizers.tgt.encode(prefix))
+        pieces = len(served.engine.tokenizers.tgt.encode(prefix))
         if pieces > max_positions - 1:
             raise ApiError(422, "invalid_request", f"prefix.{i}: {pieces} pieces; the model's "
                            f"outputs hold at most {max_positions - 1}")  # fmt: skip

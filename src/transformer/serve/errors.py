@@ -1,7 +1,7 @@
 """The server's errors: every one is JSON ``{"error": code, "message": one line}`` (``ErrorBody``),
 never a traceback; a bug is a 500 whose body says only that the server's log has the details.
-Also the API key's check, and pydantic's validation errors as one line naming the field and the
-server's limit behind it.
+Also the API key's check, and pydantic's validation errors as one line naming the field (the
+server's own limits are ``schema.Limits``).
 """
 
 import hmac
@@ -78,30 +78,11 @@ def add_error_handlers(app: FastAPI) -> None:
         return error(500, "internal_error", INTERNAL)
 
 
-# The server's limit behind a validation error: (field, pydantic error type) -> note.
-_LIMITS = {
-    ("sentences", "too_long"): " (serve.max_sentences)",
-    ("sentences", "string_too_long"): " (serve.max_chars)",
-    ("sentence", "string_too_long"): " (serve.max_chars)",
-    ("beam", "less_than_equal"): " (serve.max_beam)",
-    ("nbest", "less_than_equal"): " (serve.max_beam)",
-    ("max_len", "less_than_equal"): " (the model's max_positions - 1)",
-    ("min_len", "less_than_equal"): " (the model's max_positions - 1)",
-    ("prefix", "too_long"): " (serve.max_sentences)",
-    ("prefix", "string_too_long"): " (serve.max_chars)",
-    ("sources", "too_long"): " (serve.max_sentences)",
-    ("sources", "string_too_long"): " (serve.max_chars)",
-    ("targets", "too_long"): " (serve.max_sentences)",
-    ("targets", "string_too_long"): " (serve.max_chars)",
-}
-
-
 def validation_message(errors: Any) -> str:
     """pydantic's errors as one line that names each field; the values sent are not echoed."""
     parts = []
     for e in list(errors)[:3]:
         where = ".".join(str(part) for part in e.get("loc", ()) if part != "body") or "body"
-        limit = _LIMITS.get((where.split(".")[0], e.get("type")), "")
-        parts.append(f"{where}: {e.get('msg', 'invalid')}{limit}")
+        parts.append(f"{where}: {e.get('msg', 'invalid')}")
     more = len(errors) - len(parts)
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")

@@ -1,15 +1,17 @@
 """The JSON of the HTTP API: requests, responses and errors, as pydantic models; FastAPI turns
 them into the OpenAPI schema served at ``/openapi.json``.
 
-The request models are made per server (``request_models``), so that the schema states the
-server's own limits (``maxItems``, ``maxLength``, ``maximum``) and a client can read them there.
-A search option's bounds are ``DecodeConfig``'s own ranges (``decoding``), narrowed where the
-server allows less (``max_beam``, the model's positions): one definition for every surface.
-Requests are strict: a number given as a string, or an unknown field, is an error naming it.
+A request's search options are ``DecodeConfig``'s fields under their own names (``beam_size``,
+``max_len_a``, ``max_len_b``, ...), with ``DecodeConfig``'s ranges (``range_of``): one spelling
+and one definition for every surface. What a server allows beyond that (``max_sentences``,
+``max_chars``, ``max_beam``, the model's positions) is ``Limits``: checked on every request and
+written into the served schema, so that a client can read them there. Requests are strict: a
+number given as a string, or an unknown field, is an error naming it.
 (No ``from __future__ import annotations`` here: pydantic reads these annotations at run time.)
 """
 
-from typing import Annotated, Any
+from dataclasses import dataclass, fields
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -118,88 +120,135 @@ class InfoResponse(BaseModel):
     limits: dict[str, int | float] = Field(description="the request limits of this server")
 
 
-def decoding(name: str, high: float | None = None) -> dict[str, float]:
-    """The schema bounds of DecodeConfig field ``name`` (its range, as ``Field`` keywords), with
-    its maximum lowered to ``high`` where the server allows less."""
-    bounds = range_of(DecodeConfig, name).schema()
-    if high is not None:
-        bounds["le"] = min(bounds["le"], high)
-    return bounds
+def _search_option(name: str, **schema: Any) -> Any:
+    """A request field for DecodeConfig field ``name``: optional (None: the server's default),
+    within DecodeConfig's range, described by DecodeConfig's own docstring."""
+    allowed = range_of(DecodeConfig, name).schema() if name in _RANGED else {}
+    return Field(None, **allowed, **schema, description=_DESCRIPTIONS[name])
 
 
-def request_models(config: ServeConfig, max_positions: int) -> tuple[type, type, type, type]:
-    """(TranslateRequest, AttentionRequest, ScoreRequest, StepThroughRequest) with this server's
-    limits in their schema."""
-    sentence = Annotated[str, Field(max_length=config.max_chars)]
-    many = {"min_length": 1, "max_length": config.max_sentences}  # sentences per request
+_RANGED = {f.name for f in fields(DecodeConfig) if "range" in f.metadata}
+_DESCRIPTIONS = {
+    "beam_size": "beam size; 1: greedy search",
+    "length_penalty": "GNMT α: score = log P / ((5 + |y|) / 6)^α; 0: none",
+    "max_len_a": "at most max_len_a · source length + max_len_b tokens out",
+    "max_len_b": "at most max_len_a · source length + max_len_b tokens out",
+    "nbest": "translations returned per sentence (a larger nbest widens the beam, unless "
+    "beam_size is given too)",
+    "sampling": "sample instead of searching",
+    "temperature": "sampling temperature: < 1 sharper, > 1 flatter",
+    "top_k": "sampling: only the k most likely tokens; 0: all",
+    "top_p": "sampling: only the fewest most likely tokens whose probability reaches p; 1: all",
+    "min_len": "no end before this many tokens",
+    "no_repeat_ngram": "no n-gram of target pieces twice in a translation; 0: off",
+    "repetition_penalty": "tokens already produced have their logit divided by this (CTRL); 1: off",
+    "alignment": "also return word alignments",
+}
+_FLOAT = {"allow_inf_nan": False}
 
-    def beam_field() -> Any:
-        return Field(None, **decoding("beam_size", config.max_beam),
-                     description="beam size; 1: greedy search")  # fmt: skip
 
-    def max_len_field() -> Any:
-        bounds = decoding("max_len_b", max_positions - 1) | {"ge": 1}
-        return Field(None, **bounds, description="at most this many tokens out")
+class BeamSearchOptions(BaseModel):
+    """The search options of one sentence's beam search (/attention, /step-through)."""
 
-    class TranslateRequest(BaseModel):
-        model_config = STRICT
-        sentences: list[sentence] = Field(**many, description="one or more sentences")
-        beam: int | None = beam_field()
-        nbest: int | None = Field(None, **decoding("nbest", config.max_beam),
-                                  description="translations returned per sentence")  # fmt: skip
-        max_len: int | None = max_len_field()
-        sampling: bool | None = Field(None, description="sample instead of searching")
-        prefix: list[sentence] | None = Field(
-            None, max_length=config.max_sentences, description="one target prefix per sentence, "
-            "in order ('' for none): each translation starts with it, and its log-probability "
-            "counts in the score"
-        )  # fmt: skip
-        top_p: float | None = Field(
-            None,
-            **decoding("top_p"),
-            allow_inf_nan=False,
-            description=(
-                "sampling: only the fewest most likely tokens whose probability reaches p; 1: all"
-            ),
-        )
-        min_len: int | None = Field(None, **decoding("min_len", max_positions - 1),
-                                    description="no end before this many tokens")  # fmt: skip
-        no_repeat_ngram: int | None = Field(
-            None,
-            **decoding("no_repeat_ngram", max_positions),
-            description=("no n-gram of target pieces twice in a translation; 0: off"),
-        )
-        repetition_penalty: float | None = Field(
-            None,
-            **decoding("repetition_penalty"),
-            allow_inf_nan=False,
-            description="tokens already produced have their logit divided by this (CTRL); 1: off",
-        )
-        alignment: bool | None = Field(None, description="also return word alignments")
+    model_config = STRICT
+    beam_size: int | None = _search_option("beam_size")
+    length_penalty: float | None = _search_option("length_penalty", **_FLOAT)
+    max_len_a: float | None = _search_option("max_len_a", **_FLOAT)
+    max_len_b: int | None = _search_option("max_len_b")
+    min_len: int | None = _search_option("min_len")
 
-    class AttentionRequest(BaseModel):
-        model_config = STRICT
-        sentence: str = Field(min_length=1, max_length=config.max_chars)
-        beam: int | None = beam_field()
-        max_len: int | None = max_len_field()
-        prefix: str | None = Field(
-            None, max_length=config.max_chars, description="the translation's start ('' none)"
-        )
 
-    class ScoreRequest(BaseModel):
-        model_config = STRICT
-        sources: list[sentence] = Field(**many, description="source sentences")
-        targets: list[sentence] = Field(**many, description="their translations, in order")
-        length_penalty: float | None = Field(None, **decoding("length_penalty"),
-                                             allow_inf_nan=False,
-                                             description="GNMT α for `score`")  # fmt: skip
+class TranslateRequest(BeamSearchOptions):
+    sentences: list[str] = Field(min_length=1, description="one or more sentences")
+    prefix: list[str] | None = Field(
+        None, description="one target prefix per sentence, in order ('' for none): each "
+        "translation starts with it, and its log-probability counts in the score"
+    )  # fmt: skip
+    nbest: int | None = _search_option("nbest")
+    sampling: bool | None = _search_option("sampling")
+    temperature: float | None = _search_option("temperature", **_FLOAT)
+    top_k: int | None = _search_option("top_k")
+    top_p: float | None = _search_option("top_p", **_FLOAT)
+    no_repeat_ngram: int | None = _search_option("no_repeat_ngram")
+    repetition_penalty: float | None = _search_option("repetition_penalty", **_FLOAT)
+    alignment: bool | None = _search_option("alignment")
 
-    class StepThroughRequest(BaseModel):
-        """One sentence to step through the model: /attention's fields and limits, no prefix."""
 
-        model_config = STRICT
-        sentence: str = Field(min_length=1, max_length=config.max_chars)
-        beam: int | None = beam_field()
-        max_len: int | None = max_len_field()
+class AttentionRequest(BeamSearchOptions):
+    sentence: str = Field(min_length=1)
+    prefix: str | None = Field(None, description="the translation's start ('' none)")
 
-    return TranslateRequest, AttentionRequest, ScoreRequest, StepThroughRequest
+
+class StepThroughRequest(BeamSearchOptions):
+    """One sentence to step through the model: /attention's fields and limits, no prefix."""
+
+    sentence: str = Field(min_length=1)
+
+
+class ScoreRequest(BaseModel):
+    model_config = STRICT
+    sources: list[str] = Field(min_length=1, description="source sentences")
+    targets: list[str] = Field(min_length=1, description="their translations, in order")
+    length_penalty: float | None = _search_option("length_penalty", **_FLOAT)
+
+
+SEARCH_OPTIONS = tuple(name for name in TranslateRequest.model_fields if name in _DESCRIPTIONS)
+REQUESTS = (TranslateRequest, AttentionRequest, StepThroughRequest, ScoreRequest)
+
+
+def search_options(body: BaseModel) -> dict[str, Any]:
+    """The DecodeConfig fields a request sets (None: left to the server's default)."""
+    return {name: getattr(body, name) for name in SEARCH_OPTIONS
+            if getattr(body, name, None) is not None}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one server allows beyond DecodeConfig's ranges: texts per request and characters per
+    text (``serve.max_sentences``, ``serve.max_chars``), and the numbers in ``most``."""
+
+    sentences: int
+    chars: int
+    most: dict[str, tuple[int, str]]  # field -> (its largest value, the setting behind it)
+
+    @classmethod
+    def of(cls, config: ServeConfig, max_positions: int) -> "Limits":
+        outputs = (max_positions - 1, "the model's max_positions - 1")  # room for </s>
+        beam = (config.max_beam, "serve.max_beam")
+        return cls(config.max_sentences, config.max_chars, {
+            "beam_size": beam, "nbest": beam, "max_len_b": outputs, "min_len": outputs,
+            "no_repeat_ngram": (max_positions, "the model's max_positions"),
+        })  # fmt: skip
+
+    def check(self, body: BaseModel) -> str | None:
+        """What in ``body`` is over this server's limits, in one line naming the field and the
+        setting (never echoing the text sent); None when nothing is."""
+        for name, value in body:
+            texts = value if isinstance(value, list) else [value]
+            if isinstance(value, list) and len(value) > self.sentences:
+                return (f"{name}: {len(value)} items; this server takes at most "
+                        f"{self.sentences} (serve.max_sentences)")  # fmt: skip
+            for i, text in enumerate(texts):
+                if isinstance(text, str) and len(text) > self.chars:
+                    where = f"{name}.{i}" if isinstance(value, list) else name
+                    return (f"{where}: {len(text)} characters; this server takes at most "
+                            f"{self.chars} characters (serve.max_chars)")  # fmt: skip
+            if name in self.most and value is not None and value > self.most[name][0]:
+                most, setting = self.most[name]
+                return f"{name}: {value}; this server takes at most {most} ({setting})"
+        return None
+
+    def narrow(self, schema: dict[str, Any]) -> None:
+        """Writes these limits into an OpenAPI schema's request models, in place."""
+        parts = schema["components"]["schemas"]
+        for request in REQUESTS:
+            for name, field in parts.get(request.__name__, {}).get("properties", {}).items():
+                shape = field.get("anyOf", [field])[0]  # an optional field's non-null type
+                if shape.get("type") == "array":
+                    shape["maxItems"] = self.sentences
+                    shape = shape["items"]
+                if shape.get("type") == "string":
+                    shape["maxLength"] = self.chars
+                if name in self.most:
+                    shape["maximum"] = min(shape.get("maximum", self.most[name][0]),
+                                           self.most[name][0])  # fmt: skip

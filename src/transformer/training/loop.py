@@ -39,7 +39,8 @@ from ..data.batching import example_lengths
 from ..device import autocast, grad_scaler, prepare_runtime, resolve_precision
 from ..errors import Interrupted, LostContact
 from ..files import check_replaceable, remove_tree
-from ..model.build import Seq2Seq, build_model
+from ..model.base import EncoderDecoder
+from ..model.build import build_model
 from ..model_dir.checkpoints import (
     load_trainer_state,
     prune_checkpoints,
@@ -195,7 +196,7 @@ def run_job(job: Job) -> TrainResult:
             or _out_of_patience(state, t)  # a resumed run that had stopped early stays stopped
         ):
             state.step += 1
-            lr = learning_rate(state.step, time.perf_counter() - started, config.model.width, t)
+            lr = learning_rate(state.step, time.perf_counter() - started, p.model.width, t)
             set_learning_rate(p.optimizer, lr)
             group = []  # the step's batches, the same on every rank
             for _ in range(t.accumulate * world.size):
@@ -245,7 +246,7 @@ def run_job(job: Job) -> TrainResult:
 class Parts:
     """What the loop trains with, made once by ``_build``."""
 
-    model: Seq2Seq
+    model: EncoderDecoder
     forward: torch.nn.Module  # the loss fused with the output layer, under DDP when distributed
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler

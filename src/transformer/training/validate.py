@@ -12,13 +12,13 @@ import torch
 from ..config import RunConfig
 from ..data.batching import collate, make_batches
 from ..inference.translate import translate
-from ..model.build import Seq2Seq
+from ..model.base import EncoderDecoder
 from .chunked_loss import TrainingLoss
 from .loss import impossible_tokens
 
 
 @torch.inference_mode()
-def validation_loss(model: Seq2Seq, prepared, config: RunConfig) -> dict[str, float]:
+def validation_loss(model: EncoderDecoder, prepared, config: RunConfig) -> dict[str, float]:
     """Label-smoothed loss and perplexity (exp of the plain NLL) per target token."""
     model.eval()
     device = next(model.parameters()).device
@@ -39,7 +39,7 @@ def validation_loss(model: Seq2Seq, prepared, config: RunConfig) -> dict[str, fl
     }
 
 
-def validation_bleu(model: Seq2Seq, prepared, config: RunConfig) -> dict[str, float]:
+def validation_bleu(model: EncoderDecoder, prepared, config: RunConfig) -> dict[str, float]:
     """Greedy translations of a fixed validation subset: sacreBLEU, and exact-match accuracy for
     a corpus of classes (the numbers corpus, whose outputs are short and have one right form;
     on sentences it would be near 0 and mean nothing)."""
@@ -56,7 +56,7 @@ def validation_bleu(model: Seq2Seq, prepared, config: RunConfig) -> dict[str, fl
     return {"valid_bleu": bleu, "valid_exact": exact / len(pairs)}
 
 
-def validate(model: Seq2Seq, prepared, config: RunConfig) -> dict[str, float]:
+def validate(model: EncoderDecoder, prepared, config: RunConfig) -> dict[str, float]:
     """All validation metrics; leaves the model in eval mode."""
     metrics = validation_loss(model, prepared, config)
     if config.train.bleu_sentences:

@@ -21,8 +21,8 @@
     const sentence = params.get("sentence");
     if (!sentence) throw new Error("No sentence: open this page from a translation's “Step through” link.");
     const request = { sentence };
-    const beam = parseInt(params.get("beam"), 10);
-    if (beam > 0) request.beam = beam;
+    const beam = parseInt(params.get("beam_size"), 10);
+    if (beam > 0) request.beam_size = beam;
     const headers = { "Content-Type": "application/json" };
     const key = sessionStorage.getItem("apiKey");
     if (key) headers.Authorization = "Bearer " + key;

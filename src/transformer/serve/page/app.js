@@ -38,8 +38,8 @@ async function showModel() {
     const info = await call("GET", "/info");
     $("model").textContent = `${info.source_language} → ${info.target_language}, ` +
       `${info.parameters.toLocaleString()} parameters, ${info.engine} on ${info.device}`;
-    $("beam").max = info.limits.max_beam;
-    $("beam").value = Math.min(info.decode.beam_size, info.limits.max_beam);
+    $("beam_size").max = info.limits.max_beam;
+    $("beam_size").value = Math.min(info.decode.beam_size, info.limits.max_beam);
   } catch (error) {
     say(error.message, true);
   }
@@ -58,9 +58,9 @@ async function translate(event) {
     $("source").focus();
     return;
   }
-  const beam = parseInt($("beam").value, 10) || 1;
+  const beam = parseInt($("beam_size").value, 10) || 1;
   const prefix = $("prefix").value.trim();
-  const request = { sentences, beam };
+  const request = { sentences, beam_size: beam };
   if (prefix) request.prefix = sentences.map(() => prefix); // the same start for each sentence
   $("translate").disabled = true;
   say("Translating…");
@@ -99,7 +99,7 @@ function showTranslations(sentences, answer, beam, prefix) {
     // The same sentence through the model, step by step, on a page of its own.
     const step = document.createElement("a");
     step.className = "step-link";
-    step.href = "/step-through?" + new URLSearchParams({ sentence: sentences[i], beam });
+    step.href = "/step-through?" + new URLSearchParams({ sentence: sentences[i], beam_size: beam });
     step.textContent = "Step through";
     step.setAttribute("aria-label", `Step through: ${sentences[i]}`);
     const item = document.createElement("li");
@@ -113,7 +113,7 @@ async function showAttention(button, sentence, beam, prefix) {
   button.setAttribute("aria-pressed", "true");
   say("Computing the attention…");
   try {
-    const request = prefix ? { sentence, beam, prefix } : { sentence, beam };
+    const request = prefix ? { sentence, beam_size: beam, prefix } : { sentence, beam_size: beam };
     attention = await call("POST", "/attention", request);
   } catch (error) {
     say(error.message, true);
