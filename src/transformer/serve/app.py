@@ -10,16 +10,9 @@
     GET  /            the web page (``page/``), served by the app itself: no CDN
     GET  /openapi.json
 
-Every error is JSON ``{"error": code, "message": one line}`` with a 4xx status, or 500 with a
-generic message for a bug (whose traceback goes to the server's log, never into a response):
-400 for a body that is not UTF-8, 401 without the API key, 408 for a body slower than
-``body_timeout``, 413 for a body over ``max_body_bytes``, 422 for an invalid request (too many
-sentences, a sentence too long, a beam too wide, more model work than ``max_cost``, a field
-of the wrong type or name, JSON that does not parse), 429 with ``Retry-After`` when
-``max_queue`` sentences are already waiting, 503 while shutting down, 504 when a request waited
-longer than ``timeout``. A request whose client disconnects is dropped from the queue, or its
-sentences stop being decoded (``Batcher.abandon``), and it is logged as 499. HEAD works wherever
-GET does; the page may not be framed by another site (``frame-ancestors 'none'``).
+Every error is JSON ``{"error": code, "message": one line}`` with a 4xx status (the codes and
+the limits behind them: docs/serving-limits.md), or 500 with a generic message for a bug, whose
+traceback goes to the server's log, never into a response.
 
 The engine is ours (torch) or CTranslate2 (``serve --engine ctranslate2``): /translate and the
 batching are the same for both; /attention and /step-through need our model's attention maps
