@@ -11,7 +11,8 @@ so empty lines, truncation and line alignment are the same whichever runs.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -19,7 +20,7 @@ from typing import Protocol
 from ..config import DecodeConfig, RunConfig, RuntimeConfig
 from ..data.tokenizer import Tokenizers
 from ..device import autocast, prepare_runtime, resolve_precision
-from ..errors import UserError
+from ..errors import ScoresNotFinite, UserError
 from ..model.build import Seq2Seq
 from ..model_dir import load_checkpoint, model_dir_of
 from .score import ScoreResult, score_ids, score_with
@@ -39,13 +40,19 @@ class TorchEngine:
     runtime: RuntimeConfig = RuntimeConfig()
     name = "torch"
 
-    def precision(self) -> AbstractContextManager:
-        """The runtime's precision (autocast) around a search."""
+    @contextmanager
+    def precision(self) -> Iterator[None]:
+        """The runtime's precision (autocast) around a search; scores that overflow in it
+        (``search.check_scores``) are named after this model's folder."""
         device = next(self.model.parameters()).device
         precision, _ = resolve_precision(
             self.runtime.precision, device, self.model.config.d_model, training=False
         )
-        return autocast(device, precision)
+        try:
+            with autocast(device, precision):
+                yield
+        except ScoresNotFinite as error:
+            raise ScoresNotFinite(f"{self.path}: {error}") from None
 
     @property
     def device(self) -> str:
