@@ -11,8 +11,11 @@ marker (``translate --engine ctranslate2`` and ``info``); a Marian folder's ``co
 ``generation_config.json``, ``vocab.json`` and ``tokenizer_config.json`` (``import``, then
 ``translate`` of what it imported).
 
-A longer run by hand: ``FUZZ_EXAMPLES=300 pytest tests/test_files_fuzz.py`` (each example
-copies a model and runs a command in this process: 1 to 3 s each on a 2-core machine).
+A longer run by hand: ``FUZZ_EXAMPLES=40 pytest tests/test_files_fuzz.py`` (each example
+copies a model and runs a command in this process: 1 to 3 s each on a 2-core machine). Run so,
+40 examples per test: the model's and the Marian folder's files passed; the export marker found
+a marker removed and a marker replaced by a pipe, each refused as "E holds no checkpoint",
+naming the folder rather than the marker, which the property now allows.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ def best_step(model: Path) -> str:
 
 def worked_or_refused(result: Result, file: Path | None, lines: int | None) -> None:
     """Exit 0 with ``lines`` lines out (at most one warning), or exit 2 with one line naming
-    ``file`` (if given); never a traceback."""
+    ``file`` (if given; its folder if it is gone: a model without its marker is no model);
+    never a traceback."""
     assert not any("Traceback" in line for line in result.stderr), result
     if result.code == 0:
         assert len(result.stderr) <= 1, result
@@ -51,7 +55,9 @@ def worked_or_refused(result: Result, file: Path | None, lines: int | None) -> N
             assert len(result.stdout.splitlines()) == lines, result
         return
     assert result.code == 2 and len(result.stderr) == 1, result
-    assert file is None or file.name in result.stderr[0], (file, result.stderr)
+    if file is not None:  # no file there (removed, a pipe, a dangling link): its folder named
+        name = file.name if os.path.isfile(file) else str(file.parent)
+        assert name in result.stderr[0], (name, result.stderr)
 
 
 def damaged(folder: Path, name: str, mutation: Mutation, elsewhere: Path) -> Path:
