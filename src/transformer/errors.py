@@ -16,6 +16,11 @@ class BadValue(UserError, ValueError):
     ValueError, as library callers expect."""
 
 
+class ScoresNotFinite(UserError):
+    """A search or scoring whose model gave NaN or +inf scores: weights finite but so large that
+    the forward pass overflows. The engine that ran it puts its model's folder in front."""
+
+
 class Interrupted(UserError):
     """Training stopped by SIGINT or SIGTERM after saving what it could; says how to go on."""
 

@@ -11,7 +11,8 @@ so empty lines, truncation and line alignment are the same whichever runs.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -19,7 +20,7 @@ from typing import Protocol
 from ..config import DecodeConfig, RunConfig, RuntimeConfig
 from ..data.tokenizer import Tokenizers
 from ..device import autocast, prepare_runtime, resolve_precision
-from ..errors import UserError
+from ..errors import ScoresNotFinite, UserError
 from ..model.base import EncoderDecoder
 from ..model_dir.checkpoints import load_checkpoint
 from ..model_dir.layout import model_dir_of
@@ -40,13 +41,19 @@ class TorchEngine:
     runtime: RuntimeConfig = RuntimeConfig()
     name = "torch"
 
-    def precision(self) -> AbstractContextManager:
-        """The runtime's precision (autocast) around a search."""
+    @contextmanager
+    def precision(self) -> Iterator[None]:
+        """The runtime's precision (autocast) around a search; scores that overflow in it
+        (``search.check_scores``) are named after this model's folder."""
         device = next(self.model.parameters()).device
         precision, _ = resolve_precision(
             self.runtime.precision, device, self.model.width, training=False
         )
-        return autocast(device, precision)
+        try:
+            with autocast(device, precision):
+                yield
+        except ScoresNotFinite as error:
+            raise ScoresNotFinite(f"{self.path}: {error}") from None
 
     @property
     def device(self) -> str:

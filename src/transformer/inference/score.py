@@ -31,7 +31,7 @@ from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..model.base import EncoderDecoder
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
-from .search import evaluating, gnmt_length_penalty
+from .search import check_scores, evaluating, gnmt_length_penalty
 
 # (source ids (pieces + EOS), target ids (pieces)) -> log P(target + EOS | source) per pair
 ScoreIds = Callable[[list[list[int]], list[list[int]]], list[float]]
@@ -82,7 +82,9 @@ def score_ids(
             tgt_in = pad([[BOS_ID, *targets[i]] for i in indices], device)  # (B, T)
             gold = pad([[*targets[i], EOS_ID] for i in indices], device)  # (B, T)
             memory, src_mask = model.encode(src)
-            log_probs = model.log_probs(model.decode(tgt_in, memory, src_mask))  # (B, T, V)
+            logits = model.decode(tgt_in, memory, src_mask)  # (B, T, V)
+            log_probs = model.log_probs(logits)  # (B, T, V)
+            check_scores(model, log_probs, logits, memory, None)
             picked = log_probs.gather(2, gold[:, :, None]).squeeze(2)  # (B, T)
             totals = picked.masked_fill(gold == PAD_ID, 0.0).sum(dim=1)  # (B,)
             found.update(zip(indices, totals.tolist(), strict=True))

@@ -17,7 +17,9 @@ Shared rules of every search:
   pay for the sentences still being decoded;
 - the model runs under ``torch.inference_mode()`` in eval mode; its train/eval mode is restored;
 - a sentence nobody waits for any more (``stopped``: a server's client left) ends at the next
-  step, like a finished one, with what it has so far (greedy: scored -inf) or none.
+  step, like a finished one, with what it has so far (greedy: scored -inf) or none;
+- every step's log-probabilities are checked for NaN and +inf (``check_scores``): weights that
+  are finite but huge overflow in the forward pass, and a search ranking NaNs has no answer.
 
 The searches (``greedy.py``, ``beam.py``; ``translate.py`` chooses among them) take an
 ``EncoderDecoder`` (model/base.py) and use only its ``encode``, ``decode``, ``new_cache``,
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..errors import ScoresNotFinite
 from ..model.base import EncoderDecoder
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .constraints import SearchRules
@@ -140,6 +143,40 @@ def room_needed(min_len: int, prefix: Tensor | None) -> Tensor | int:
     return (prefix != PAD_ID).sum(dim=1).clamp(min=min_len)  # (B,)
 
 
+def check_scores(
+    model: EncoderDecoder, log_probs: Tensor, logits: Tensor, memory: Tensor, step: int | None
+) -> None:
+    """A one-line ``ScoresNotFinite`` when ``log_probs`` (..., V) holds a NaN or +inf, naming
+    what overflowed first (the encoder's output or the decoder's logits), in which dtype, and
+    the largest weight. −inf is allowed: a token the model rules out (an output bias of −inf).
+
+    Weights of huge finite magnitude pass the load's finiteness check (every 7th 3e38 does) but
+    overflow in float32 (or float16 under autocast), and then greedy search picked a NaN's
+    token, beam search indexed past its candidates and sampling failed in ``multinomial``.
+    One reduction and one read per step: log-probabilities are <= 0, so their sum is NaN or
+    +inf exactly when one of them is.
+
+    Args:
+        logits: the decoder's output the log-probabilities come from; memory: the encoder's.
+        step: the output step of a search, for the message; None when scoring.
+    """
+    total = log_probs.sum()
+    if not bool(total.isnan() | (total == float("inf"))):
+        return
+    if not bool(memory.isfinite().all()):
+        what, dtype = "the encoder's output", memory.dtype
+    elif bool((logits.isnan() | (logits == float("inf"))).any()):
+        what, dtype = "the decoder's output (its logits)", logits.dtype
+    else:
+        what, dtype = "the log-softmax of the logits", log_probs.dtype
+    where = "while scoring" if step is None else f"at output step {step}"
+    weights = [p.detach().abs().max() for p in model.parameters() if p.numel()]
+    largest = f"; its largest weight is {float(max(weights)):.3g}" if weights else ""
+    raise ScoresNotFinite(f"the model's scores are not finite: {what} overflowed to inf or NaN "
+                          f"in {str(dtype).removeprefix('torch.')} {where}{largest}; these "
+                          "weights are too large to compute with")  # fmt: skip
+
+
 def force_eos(log_probs: Tensor, at_limit: Tensor) -> None:
     """Rows at their length limit may only produce EOS (at the model's own log-probability).
 
@@ -178,8 +215,9 @@ class RunningBatch:
         else:  # only the newest token; earlier keys/values come from the cache
             new = self.tokens[:, -1:]  # (rows, 1)
             logits = self.model.decode(new, self.memory, self.src_mask, self.cache)
-        logits = self.rules.penalize(logits[:, -1], self.tokens)  # (rows, V)
-        log_probs = self.model.log_probs(logits)  # (rows, V)
+        logits = logits[:, -1]  # (rows, V)
+        log_probs = self.model.log_probs(self.rules.penalize(logits, self.tokens))  # (rows, V)
+        check_scores(self.model, log_probs, logits, self.memory, self.tokens.size(1) - 1)
         log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
         self.rules.restrict(log_probs, self.tokens, self.prefix)
         return log_probs
