@@ -71,6 +71,7 @@ from .schema import (
     TranslateResponse,
     request_models,
 )
+from .texts import translate_texts_request
 
 PAGE = Path(__file__).parent / "page"
 log = logging.getLogger(__name__)
@@ -158,6 +159,15 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
         _check_prefixes(body.prefix, len(sentences), engine, model_config.max_positions)
         same = {name: getattr(body, name) for name in _SAME_NAMES}
         decode = _search(default, body.beam, body.nbest, body.max_len, body.sampling, **same)
+        if body.document or body.output_format == "jsonl" or body.flag_below is not None:
+            found, together = await translate_texts_request(
+                engine, sentences, decode, body.prefix, bool(body.document),
+                body.output_format == "jsonl", body.flag_below, lambda job: answer(job, request),
+                lambda parts: batcher.translate(parts, decode, body.prefix), batcher.call,
+                lambda parts: check_search(parts, body.prefix, decode))  # fmt: skip
+            return TranslateResponse(translations=[SentenceTranslation(**f) for f in found],
+                                     time_ms=(time.perf_counter() - start) * 1000,
+                                     batch_sentences=together)  # fmt: skip
         check_search(sentences, body.prefix, decode)
         batched = await answer(lambda: batcher.translate(sentences, decode, body.prefix), request)
         truncated = set(batched.result.truncated)
