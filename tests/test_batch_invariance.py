@@ -19,6 +19,7 @@ from transformer.data.batching import encode_source, pad
 from transformer.inference.translate import search
 
 SIZES = (1, 7, 64)
+pytestmark = pytest.mark.slow  # the tests' trained model; 1,200 beam searches
 
 
 def sentences(engine, n: int = 200) -> list[str]:

@@ -28,6 +28,7 @@ def jsonl(model, *extra: str, tmp_path) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
+@pytest.mark.slow
 def test_jsonl_is_one_object_per_line_with_the_search_s_log_probability(numbers_model, tmp_path):
     records = jsonl(numbers_model, "--decode.beam_size", "1", tmp_path=tmp_path)
     assert [(r["line"], r["source"]) for r in records] == list(enumerate(LINES, 1))
@@ -42,6 +43,7 @@ def test_jsonl_is_one_object_per_line_with_the_search_s_log_probability(numbers_
     assert records[1]["text"] == "" and records[1]["words"] == []
 
 
+@pytest.mark.slow
 def test_the_log_probability_is_the_one_score_gives(torch_engine):
     found = translate_texts(torch_engine, LINES[2:], confidence=True).texts
     scored = torch_engine.score(LINES[2:], [t.text for t in found])
@@ -49,11 +51,13 @@ def test_the_log_probability_is_the_one_score_gives(torch_engine):
         assert t.sentences[0].confidence.log_prob == pytest.approx(s.log_prob, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_alignments_come_in_jsonl_when_asked(numbers_model, tmp_path):
     records = jsonl(numbers_model, "--decode.alignment", tmp_path=tmp_path)
     assert all(re.fullmatch(r"(\d+-\d+( \d+-\d+)*)?", r["alignment"]) for r in records)
 
 
+@pytest.mark.slow
 def test_flag_below_marks_exactly_the_words_under_the_threshold(numbers_model, tmp_path):
     records = jsonl(numbers_model, tmp_path=tmp_path)
     probs = sorted({w["prob"] for r in records for w in r["words"]})
@@ -87,6 +91,7 @@ class Pieces:
         return "".join(self.pieces[i] for i in ids).replace("\u2581", " ").strip()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["0", "1.5", "-0.25", "nan", "inf", "often"])
 def test_a_bad_flag_below_is_one_line_and_nothing_is_written(numbers_model, tmp_path, value):
     (tmp_path / "in.txt").write_text("twelve\n")
@@ -97,6 +102,7 @@ def test_a_bad_flag_below_is_one_line_and_nothing_is_written(numbers_model, tmp_
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_several_translations_per_sentence_are_refused_with_jsonl(torch_engine):
     with pytest.raises(UserError, match="nbest 2"):
         translate_texts(torch_engine, ["one"], DecodeConfig(beam_size=2, nbest=2), confidence=True)

@@ -130,6 +130,7 @@ def test_a_split_sentence_comes_back_as_one_with_the_line_it_was_on():
 
 
 # ------------------------------------------------------------------- the command line, for real
+@pytest.mark.slow
 def test_translate_document_keeps_the_paragraphs(numbers_model, tmp_path):
     text = "  twelve. seven. one hundred. forty two. nine.\n\n\nthree. eight. ten. two. six.\n" \
            "\n\tfive. four. eleven. twenty. thirty.\n"  # fmt: skip
@@ -150,6 +151,7 @@ def test_translate_document_keeps_the_paragraphs(numbers_model, tmp_path):
     assert all(s["text"] for r in records for s in r["sentences"])
 
 
+@pytest.mark.slow
 def test_a_document_with_a_sentence_too_long_for_the_model_is_split_and_said(numbers_model,
                                                                           tmp_path):  # fmt: skip
     long = " ".join(["seven hundred seventy seven"] * 20)  # > 48 pieces: max_positions
@@ -162,6 +164,7 @@ def test_a_document_with_a_sentence_too_long_for_the_model_is_split_and_said(num
     assert second[0]["split"] == "at a fixed window" and second[1]["source"] == "three."
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("data", [b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", b"one\ntwo\x00three\n"])
 def test_binary_input_is_one_line_and_nothing_is_written(numbers_model, tmp_path, data):
     (tmp_path / "in.bin").write_bytes(data)

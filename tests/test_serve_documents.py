@@ -10,6 +10,7 @@ from transformer.inference.texts import record, translate_texts
 from helpers import assert_error, client_for
 
 pytest.importorskip("fastapi")
+pytestmark = pytest.mark.slow  # the tests' trained model
 
 DOCUMENT = "  twelve. seven. nine.\n\n\tforty two. one hundred.\n"
 
