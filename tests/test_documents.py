@@ -169,7 +169,7 @@ def test_a_document_with_a_sentence_too_long_for_the_model_is_split_and_said(num
 def test_binary_input_is_one_line_and_nothing_is_written(numbers_model, tmp_path, data):
     (tmp_path / "in.bin").write_bytes(data)
     out = tmp_path / "out.txt"
-    for extra in (["--document"], ["--output_format", "jsonl"]):
+    for extra in ([], ["--document"], ["--output_format", "jsonl"]):
         done = cli_main("translate", str(numbers_model), *extra, "-i", str(tmp_path / "in.bin"),
                         "-o", str(out), "--device", "cpu")  # fmt: skip
         one_line_error(done, 2, "in.bin", "line")

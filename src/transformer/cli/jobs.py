@@ -33,6 +33,7 @@ from ..inference.evaluate import (
     score_translations,
 )
 from ..inference.translate import Translation, TranslationResult
+from .texts import without_nul
 
 # an engine's translate: (sentences, search or None for its own, prefixes or None)
 Translate = Callable[[list[str], DecodeConfig | None, list[str] | None], TranslationResult]
@@ -62,6 +63,7 @@ def translate_file(
     else:
         assert stdin is not None, "standard_streams gives stdin when there is no input file"
         lines = _stdin_lines(stdin)
+    lines = without_nul(lines, input or "<stdin>")  # binary data is refused by its line
     prefixes = None
     if prefix is not None:
         lines = list(lines)

@@ -16,7 +16,7 @@ line it is on), then translated, then written: to a file only once complete
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -97,10 +97,16 @@ def text_lines(input: str | None, stdin: IO[bytes] | None) -> list[str]:
                 raise UserError(f"{name}: line {number} is not valid UTF-8 (byte "
                                 f"{raw[error.start]:#04x} at position {error.start + 1} of the "
                                 "line): binary data?") from None  # fmt: skip
+    return list(without_nul(lines, name))
+
+
+def without_nul(lines: Iterable[str], name: str) -> Iterator[str]:
+    """``lines``, refusing the first that holds a NUL byte: text never does, binary data does
+    (and can decode as UTF-8)."""
     for number, line in enumerate(lines, 1):
         if "\x00" in line:
             raise UserError(f"{name}: line {number} holds a NUL byte: binary data, not text")
-    return lines
+        yield line
 
 
 def _document_lines(found: TextsResult, jsonl: bool) -> list[str]:
