@@ -25,18 +25,35 @@ def translate_options(p: ArgumentParser) -> None:
                    "standard output); not a device, nor a file in a model's folder")  # fmt: skip
     p.add_argument("--prefix", help="target prefixes, line-aligned with the input: each "
                    "translation starts with its line (an empty line: none)")  # fmt: skip
+    p.add_argument("--document", action="store_true", help="the input is a document: "
+                   "paragraphs (separated by blank lines) split into sentences and put back "
+                   "as given (docs/translating.md)")  # fmt: skip
+    p.add_argument("--output_format", default="text", choices=["text", "jsonl"],
+                   help="jsonl: one JSON object per line (per paragraph with --document) with "
+                   "the log-probability and each word's probability")  # fmt: skip
+    p.add_argument("--flag_below", type=float, help="mark the words less likely than this "
+                   "probability as [[word]] in the text")  # fmt: skip
 
 
 def translate_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
+    from ..inference.confidence import check_threshold
     from ..inference.engine import load_engine
     from ..inference.jobs import standard_streams, translate_file
+    from ..inference.text_jobs import translate_texts_file
 
     source = None if ns.input in (None, STDOUT) else ns.input
     reads = {"--input": source, "--prefix": ns.prefix, "MODEL_DIR": ns.model_dir}
     output = check_output(ns.output, "--output", reads)
     stdin, stdout = standard_streams(source, output)
+    if ns.flag_below is not None:
+        check_threshold(ns.flag_below)  # before the model is loaded
     engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
                          **given.get("decode", {}))  # fmt: skip
+    if ns.document or ns.output_format == "jsonl" or ns.flag_below is not None:
+        translate_texts_file(engine, source, output, stdin, stdout, _warn("translate"),
+                             ns.document, ns.output_format == "jsonl", ns.flag_below,
+                             ns.prefix)  # fmt: skip
+        return
     translate_file(engine, source, output, stdin, stdout, _warn("translate"), ns.prefix)
 
 

@@ -32,6 +32,7 @@ from .evaluate import (
     references_by_source,
     score_translations,
 )
+from .text_jobs import without_nul
 from .translate import Translation, TranslationResult
 
 # an engine's translate: (sentences, search or None for its own, prefixes or None)
@@ -62,6 +63,7 @@ def translate_file(
     else:
         assert stdin is not None, "standard_streams gives stdin when there is no input file"
         lines = _stdin_lines(stdin)
+    lines = without_nul(lines, input or "<stdin>")  # binary data is refused by its line
     prefixes = None
     if prefix is not None:
         lines = list(lines)

@@ -71,6 +71,7 @@ from .schema import (
     TranslateResponse,
     search_options,
 )
+from .texts import translate_texts_request
 
 PAGE = Path(__file__).parent / "page"
 log = logging.getLogger(__name__)
@@ -152,6 +153,17 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     request.state.log = _log_fields(sentences, served.config.log_text)
     _check_prefixes(served, body.prefix, len(sentences))
     decode = _search(served.default, **search_options(body))
+    if body.document or body.output_format == "jsonl" or body.flag_below is not None:
+        found, together = await translate_texts_request(
+            served.engine, sentences, decode, body.prefix, bool(body.document),
+            body.output_format == "jsonl", body.flag_below,
+            lambda job: _answer(served, job, request),
+            lambda parts: served.batcher.translate(parts, decode, body.prefix),
+            served.batcher.call, lambda parts: _check_search(served, parts, body.prefix, decode),
+        )  # fmt: skip
+        return TranslateResponse(translations=[SentenceTranslation(**f) for f in found],
+                                 time_ms=(time.perf_counter() - start) * 1000,
+                                 batch_sentences=together)  # fmt: skip
     _check_search(served, sentences, body.prefix, decode)
     batched = await _answer(
         served, lambda: served.batcher.translate(sentences, decode, body.prefix), request

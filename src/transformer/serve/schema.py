@@ -11,13 +11,14 @@ number given as a string, or an unknown field, is an error naming it.
 """
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import DecodeConfig
 from ..config.checks import range_of
 from .config import ServeConfig
+from .records import PARAGRAPHS, WORDS, ParagraphRecord, WordProb
 
 STRICT = ConfigDict(strict=True, extra="forbid")
 
@@ -51,6 +52,10 @@ class SentenceTranslation(BaseModel):
     truncated: bool = Field(description="the sentence was longer than the model accepts and "
                             "only its beginning was translated")  # fmt: skip
     alignment: str | None = Field(None, description=ALIGNMENT)
+    log_prob: float | None = Field(None, description="with output_format jsonl: log P("
+                                   "translation + </s> | source)")  # fmt: skip
+    words: list[WordProb] | None = Field(None, description=WORDS)
+    paragraphs: list[ParagraphRecord] | None = Field(None, description=PARAGRAPHS)
 
 
 class TranslateResponse(BaseModel):
@@ -172,6 +177,16 @@ class TranslateRequest(BeamSearchOptions):
     no_repeat_ngram: int | None = _search_option("no_repeat_ngram")
     repetition_penalty: float | None = _search_option("repetition_penalty", **_FLOAT)
     alignment: bool | None = _search_option("alignment")
+    document: bool | None = Field(None, description="each of `sentences` is a document: "
+                                  "paragraphs (separated by blank lines) split into sentences "
+                                  "and put back as given")  # fmt: skip
+    output_format: Literal["text", "jsonl"] | None = Field(
+        None, description="jsonl: also each sentence's log-probability and its words' "
+        "probabilities (and a document's paragraphs), as `translate --output_format jsonl`"
+    )  # fmt: skip
+    flag_below: float | None = Field(None, gt=0, le=1, allow_inf_nan=False,
+                                     description="mark the words less likely than this as "
+                                     "[[word]] in the text")  # fmt: skip
 
 
 class AttentionRequest(BeamSearchOptions):

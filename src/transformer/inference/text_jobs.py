@@ -1,0 +1,127 @@
+"""``translate --document``, ``--output_format jsonl`` and ``--flag_below``: the translate job
+for documents and structured output (inference/texts.py does the translating).
+
+The whole input is read and checked first (UTF-8, no NUL byte: binary data is refused with the
+line it is on), then translated, then written: to a file only once complete
+(``files.atomic_write``), so a mistake leaves nothing behind.
+
+- text, lines: one line out per line in (``--flag_below P``: words under P as ``[[word]]``);
+- text, ``--document``: the input as one document, its sentences translated in place;
+- jsonl, lines: one JSON object per input line: ``line``, ``source``, ``text``, ``score``,
+  ``log_prob``, ``words`` (each ``word`` with its ``prob``), ``alignment`` when asked;
+- jsonl, ``--document``: one object per paragraph: ``paragraph``, ``line``, ``source``,
+  ``text`` and its ``sentences``, each as above (with ``split`` when it was too long).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO
+
+from ..data.readers import read_lines
+from ..errors import UserError
+from ..files import atomic_write
+from .confidence import check_threshold
+from .engine import Engine
+from .texts import TextsResult, check_options, record, translate_texts
+
+CHUNK = 2000  # lines translated at once without --document (bounded memory)
+
+
+def translate_texts_file(
+    engine: Engine,
+    input: str | None,
+    output: str | Path | None,
+    stdin: IO[bytes] | None,
+    stdout: IO[str] | None,
+    warn: Callable[[str], None],
+    document: bool,
+    jsonl: bool,
+    flag_below: float | None,
+    prefix: str | None = None,
+) -> int:
+    """Translates ``input`` (or ``stdin``) into ``output`` (or ``stdout``) as the module
+    docstring says; returns the number of input lines."""
+    if flag_below is not None:
+        check_threshold(flag_below)
+    check_options(engine.decode, document, jsonl, flag_below is not None)
+    if document and prefix is not None:
+        raise UserError("--prefix goes with lines; a document's sentences are found by the "
+                        "segmenter (leave out --prefix or --document)")  # fmt: skip
+    lines = text_lines(input, stdin)
+    prefixes = read_lines(prefix) if prefix is not None else None
+    if prefixes is not None and len(prefixes) != len(lines):
+        name = input or "standard input"
+        raise UserError(f"--prefix {prefix} has {len(prefixes)} lines but {name} has "
+                        f"{len(lines)}; give one prefix per line")  # fmt: skip
+    out: list[str] = []
+    confidence = jsonl or flag_below is not None
+    if document:
+        found = translate_texts(engine, ["\n".join(lines)], None, True, confidence, flag_below)
+        _warn_splits(found, engine.config.model.max_positions, warn)
+        out = _document_lines(found, jsonl)
+    for start in range(0, 0 if document else len(lines), CHUNK):
+        chunk = lines[start : start + CHUNK]
+        forced = prefixes[start : start + CHUNK] if prefixes is not None else None
+        found = translate_texts(engine, chunk, None, False, confidence, flag_below, forced)
+        for i, t in enumerate(found.texts):
+            if t.truncated:
+                warn(f"line {start + i + 1}: longer than the model accepts; translated its "
+                     "beginning")  # fmt: skip
+            out.append(_json({"line": start + i + 1, **record(t)}) if jsonl else t.text)
+    text = "".join(line + "\n" for line in out)
+    if output is None:
+        assert stdout is not None, "standard_streams gives stdout when there is no output file"
+        stdout.write(text)
+    else:
+        with atomic_write(output) as f:
+            f.write(text)
+    return len(lines)
+
+
+def text_lines(input: str | None, stdin: IO[bytes] | None) -> list[str]:
+    """The input's lines: strict UTF-8 (``read_lines``), and no NUL byte, which text never
+    holds (a binary file can decode as UTF-8)."""
+    name = input or "<stdin>"
+    if input is not None:
+        lines = read_lines(input)
+    else:
+        assert stdin is not None, "standard_streams gives stdin when there is no input file"
+        lines = []
+        for number, raw in enumerate(stdin, 1):
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError as error:
+                raise UserError(f"{name}: line {number} is not valid UTF-8 (byte "
+                                f"{raw[error.start]:#04x} at position {error.start + 1} of the "
+                                "line): binary data?") from None  # fmt: skip
+    return list(without_nul(lines, name))
+
+
+def without_nul(lines: Iterable[str], name: str) -> Iterator[str]:
+    """``lines``, refusing the first that holds a NUL byte: text never does, binary data does
+    (and can decode as UTF-8)."""
+    for number, line in enumerate(lines, 1):
+        if "\x00" in line:
+            raise UserError(f"{name}: line {number} holds a NUL byte: binary data, not text")
+        yield line
+
+
+def _document_lines(found: TextsResult, jsonl: bool) -> list[str]:
+    translated = found.texts[0]
+    if not jsonl:
+        return [translated.text]
+    paragraphs = record(translated)["paragraphs"]
+    return [_json({"paragraph": k, **p}) for k, p in enumerate(paragraphs, 1)]
+
+
+def _warn_splits(found: TextsResult, limit: int, warn: Callable[[str], None]) -> None:
+    for s in found.splits:
+        warn(f"line {s.line}: a sentence of {s.pieces} pieces is longer than the model accepts "
+             f"({limit}); translated in {s.parts} parts, split {s.how}")  # fmt: skip
+
+
+def _json(value: dict) -> str:
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,248 @@
+"""Texts in, structured translations out: lines or documents, with confidence when asked.
+
+``translate_texts(engine, texts, document=True)`` is the Python side of ``translate --document``
+and of ``document: true`` over HTTP; the command line and the server use its three steps:
+
+1. ``plan``: each text is one sentence (a line), or with ``document`` a document
+   (documents.py): paragraphs split into sentences, and each sentence too long for the model
+   split into parts that fit (``documents.fit``);
+2. the engine translates every part of every text in one batched call (``Engine.translate``),
+   and with ``confidence`` scores them (confidence.py);
+3. ``put_back``: the parts become sentences again (their translations joined by a space, their
+   word alignments shifted to match), the sentences paragraphs, the paragraphs the document
+   (``Document.assemble``: order, breaks and leading whitespace as given).
+
+``record`` turns a translated text into the JSON object of ``--output_format jsonl``, which the
+server returns too (serve/records.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..config import DecodeConfig
+from ..data.batching import encode_source
+from ..errors import UserError
+from .alignment import pharaoh
+from .confidence import Confidence, Word, check_threshold, confidences, flagged
+from .documents import Document, Fitted, fit, read_document
+from .translate import Translation, TranslationResult
+
+
+@dataclass
+class Split:
+    """A sentence too long for the model, translated in parts."""
+
+    text: int  # which text, from 0
+    line: int  # its line in that text, from 1
+    pieces: int  # its length in pieces, with </s>
+    parts: int
+    how: str  # "at punctuation", "at a fixed window", or both
+
+
+@dataclass
+class Plan:
+    """What to translate: the parts of every sentence of every text, in order."""
+
+    texts: list[str]
+    documents: list[Document] | None  # one per text with ``document``, else None
+    fitted: list[list[Fitted]]  # per text, per sentence: its parts
+    splits: list[Split]
+
+    @property
+    def parts(self) -> list[str]:
+        return [p for sentences in self.fitted for f in sentences for p in f.parts]
+
+
+def plan(
+    texts: list[str], document: bool, language: str, pieces: Callable[[str], int], limit: int
+) -> Plan:
+    """The sentences of ``texts`` (each a line, or with ``document`` a document), each split
+    into parts of at most ``limit`` pieces (``pieces(text)``: its length, </s> counted) when
+    it is a document's. A line is left whole: ``translate_with`` cuts it and says so."""
+    if not document:
+        return Plan(texts, None, [[Fitted([text])] for text in texts], [])
+    documents = [read_document(text, language) for text in texts]
+    fitted, splits = [], []
+    for t, doc in enumerate(documents):
+        fitted.append([fit(s.text, pieces, limit) for s in doc.sentences])
+        for s, f in zip(doc.sentences, fitted[-1], strict=True):
+            if f.how:
+                splits.append(Split(t, s.line, f.pieces, len(f.parts), f.how))
+    return Plan(texts, documents, fitted, splits)
+
+
+@dataclass
+class SentenceOut:
+    source: str
+    text: str  # its translation ([[flagged]] words marked when asked)
+    score: float  # the search's score (split sentences: the sum of their parts')
+    line: int = 1  # its line in the text, from 1
+    confidence: Confidence | None = None
+    alignment: list[tuple[int, int]] | None = None
+    split: str = ""  # how it was split to fit the model ("": it was not)
+
+
+@dataclass
+class TextOut:
+    text: str  # the text's translation
+    sentences: list[SentenceOut]
+    paragraphs: list[tuple[int, str, str, list[SentenceOut]]] | None = None  # line, src, tgt
+    truncated: bool = False
+
+
+def put_back(
+    p: Plan,
+    result: TranslationResult,
+    found: list[Confidence] | None = None,
+    flag_below: float | None = None,
+) -> list[TextOut]:
+    """The parts' translations (``result``, in ``p.parts``'s order, with their confidences
+    ``found`` when scored) as sentences, paragraphs and texts."""
+    best = [options[0] if options else Translation("", 0.0, []) for options in result.nbest]
+    truncated = set(result.truncated)
+    outs, k = [], 0
+    for t, text in enumerate(p.texts):
+        sentences = []
+        doc = p.documents[t] if p.documents is not None else None
+        lines = [s.line for s in doc.sentences] if doc else [1]
+        sources = [s.text for s in doc.sentences] if doc else [text]
+        for source, line, f in zip(sources, lines, p.fitted[t], strict=True):
+            n = len(f.parts)
+            parts = best[k : k + n]
+            conf = _joined_confidence(found[k : k + n]) if found is not None else None
+            out = SentenceOut(source, " ".join(x.text for x in parts if x.text),
+                              sum(x.score for x in parts), line, conf,
+                              _joined_alignment(f.parts, parts), f.how)  # fmt: skip
+            if flag_below is not None and conf is not None:
+                out.text = flagged(out.text, conf.words, flag_below)
+            sentences.append(out)
+            k += n
+        if doc is None:
+            cut = t in truncated
+            outs.append(TextOut(sentences[0].text, sentences, None, cut))
+            continue
+        paragraphs, at = [], 0
+        for paragraph in doc.paragraphs:
+            mine = sentences[at : at + len(paragraph.sentences)]
+            at += len(mine)
+            target = doc.paragraph_text(paragraph, [s.text for s in mine])
+            source = doc.text[paragraph.start : paragraph.end]
+            paragraphs.append((paragraph.line, source, target, mine))
+        outs.append(TextOut(doc.assemble([s.text for s in sentences]), sentences, paragraphs))
+    return outs
+
+
+def _joined_confidence(parts: list[Confidence]) -> Confidence:
+    words = [w for c in parts for w in c.words]
+    return Confidence(sum(c.log_prob for c in parts), words)
+
+
+def _joined_alignment(sources: list[str], parts: list[Translation]) -> list[tuple[int, int]] | None:
+    """The parts' alignments as one: each part's words counted after the earlier parts'."""
+    if any(x.alignment is None for x in parts):
+        return None
+    links, src_at, tgt_at = [], 0, 0
+    for source, x in zip(sources, parts, strict=True):
+        links += [(i + src_at, j + tgt_at) for i, j in x.alignment or []]
+        src_at += len(source.split())
+        tgt_at += len(x.text.split())
+    return links
+
+
+@dataclass
+class TextsResult:
+    texts: list[TextOut]
+    splits: list[Split] = field(default_factory=list)
+
+
+def check_options(decode: DecodeConfig, document: bool, structured: bool, flag: bool) -> None:
+    """What the text modes cannot do: several translations per sentence, or alignments in a
+    document's text."""
+    if decode.nbest > 1 and (document or structured or flag):
+        raise UserError(f"nbest {decode.nbest}: documents, jsonl and flagged words carry one "
+                        "translation per sentence; leave nbest at 1")  # fmt: skip
+    if document and decode.alignment and not structured:
+        raise UserError("alignment: a document's text has no place for word alignments; ask "
+                        "for output_format jsonl")  # fmt: skip
+
+
+def translate_texts(
+    engine,
+    texts: list[str],
+    decode: DecodeConfig | None = None,
+    document: bool = False,
+    confidence: bool = False,
+    flag_below: float | None = None,
+    prefixes: list[str] | None = None,
+) -> TextsResult:
+    """Translates ``texts``: lines, or with ``document`` documents (paragraphs separated by
+    blank lines), all their sentences in one batched call of ``engine`` (an ``Engine``).
+
+    Args:
+        decode: the search (default: the engine's own); one translation per sentence.
+        confidence: also score each sentence and its words (confidence.py).
+        flag_below: mark the words less likely than this as ``[[word]]`` (implies confidence).
+        prefixes: one target prefix per text (lines only).
+    """
+    d = decode or engine.decode
+    if flag_below is not None:
+        check_threshold(flag_below, "flag_below")
+    check_options(d, document, confidence, flag_below is not None)
+    if document and prefixes is not None:
+        raise UserError("prefix: a document's sentences are found by the segmenter; prefixes "
+                        "go with lines, not documents")  # fmt: skip
+    p = plan_for(engine, texts, document)
+    result = engine.translate(p.parts, d, prefixes)
+    found = None
+    if confidence or flag_below is not None:
+        found = confidences(engine, engine.tokenizers, p.parts, _tokens(result))
+    return TextsResult(put_back(p, result, found, flag_below), p.splits)
+
+
+def plan_for(engine, texts: list[str], document: bool) -> Plan:
+    """``plan`` with the engine's source language, tokenizer and length limit."""
+    tokenizer = engine.tokenizers.src
+
+    def pieces(text: str) -> int:
+        return len(encode_source(tokenizer.encode(text)))
+
+    language = engine.config.data.src_lang
+    return plan(texts, document, language, pieces, engine.config.model.max_positions)
+
+
+def _tokens(result: TranslationResult) -> list[list[int]]:
+    return [options[0].tokens if options else [] for options in result.nbest]
+
+
+def sentence_record(s: SentenceOut) -> dict:
+    """A sentence as JSON: source, text, score, and when known log_prob, words, alignment."""
+    out: dict = {"source": s.source, "text": s.text, "score": _number(s.score)}
+    if s.confidence is not None:
+        out["log_prob"] = _number(s.confidence.log_prob)
+        out["words"] = [_word(w) for w in s.confidence.words]
+    if s.alignment is not None:
+        out["alignment"] = pharaoh(s.alignment)
+    if s.split:
+        out["split"] = s.split
+    return out
+
+
+def record(t: TextOut) -> dict:
+    """A translated text as JSON: a line's sentence record, or a document's text with its
+    paragraphs, each with its line, source, text and sentences."""
+    if t.paragraphs is None:
+        return {**sentence_record(t.sentences[0]), "truncated": t.truncated}
+    return {"text": t.text, "paragraphs": [
+        {"line": line, "source": source, "text": target,
+         "sentences": [sentence_record(s) for s in sentences]}
+        for line, source, target, sentences in t.paragraphs]}  # fmt: skip
+
+
+def _word(w: Word) -> dict:
+    return {"word": w.word, "prob": round(w.prob, 6)}
+
+
+def _number(x: float) -> float | None:
+    return x if x == x and abs(x) != float("inf") else None

@@ -1,0 +1,34 @@
+"""The JSON of ``output_format: jsonl`` over HTTP: a sentence's log-probability, its words'
+probabilities, a document's paragraphs; the objects ``translate --output_format jsonl`` writes
+(inference/texts.py ``record``). serve/texts.py fills them.
+
+(No ``from __future__ import annotations``: pydantic reads these annotations at run time.)
+"""
+
+from pydantic import BaseModel, Field
+
+
+class WordProb(BaseModel):
+    word: str
+    prob: float = Field(description="P(its pieces | the source and the words before it)")
+
+
+class SentenceRecord(BaseModel):
+    source: str = Field(description="the sentence as the model read it")
+    text: str
+    score: float | None
+    log_prob: float | None = Field(None, description="log P(translation + </s> | source)")
+    words: list[WordProb] | None = None
+    alignment: str | None = None
+    split: str | None = Field(None, description="how a sentence too long for the model was split")
+
+
+class ParagraphRecord(BaseModel):
+    line: int = Field(description="the line of the text it starts on, from 1")
+    source: str
+    text: str = Field(description="its translation, spaces and line breaks between sentences kept")
+    sentences: list[SentenceRecord]
+
+
+WORDS = "with output_format jsonl: each word of the translation with its probability"
+PARAGRAPHS = "with document and output_format jsonl: the text's paragraphs and their sentences"

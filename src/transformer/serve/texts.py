@@ -1,0 +1,84 @@
+"""/translate with ``document``, ``output_format: jsonl`` or ``flag_below``: the fields of
+``translate --document --output_format jsonl --flag_below P`` over HTTP (inference/texts.py).
+
+Each of the request's ``sentences`` is then a text: a line, or with ``document`` a document
+whose paragraphs are separated by blank lines. All their sentences go to the batcher as one job;
+with ``jsonl`` (or ``flag_below``) they are then scored, as a second job, for the words'
+probabilities. The answer has the usual fields, plus, with ``jsonl``, ``log_prob`` and ``words``
+(a line), or ``paragraphs`` with their ``sentences`` (a document): the objects that
+``--output_format jsonl`` writes (serve/records.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from typing import Any
+
+from ..config import DecodeConfig
+from ..errors import UserError
+from ..inference.confidence import confidences
+from ..inference.engine import Engine
+from ..inference.texts import TextOut, check_options, plan_for, put_back, record
+from .errors import ApiError
+
+
+def check_request(decode: DecodeConfig, document: bool, jsonl: bool, flag: bool,
+                  prefixes: list[str] | None) -> None:  # fmt: skip
+    """422 for what the text modes cannot do."""
+    try:
+        check_options(decode, document, jsonl, flag)
+    except UserError as error:
+        raise ApiError(422, "invalid_request", str(error)) from None
+    if document and prefixes is not None:
+        raise ApiError(422, "invalid_request", "prefix: a document's sentences are found by the "
+                       "segmenter; prefixes go with lines, not documents")  # fmt: skip
+
+
+async def translate_texts_request(
+    engine: Engine,
+    texts: list[str],
+    decode: DecodeConfig,
+    prefixes: list[str] | None,
+    document: bool,
+    jsonl: bool,
+    flag_below: float | None,
+    queue: Callable[[Callable[[], Future]], Awaitable[Any]],
+    translate_job: Callable[[list[str]], Future],
+    call_job: Callable[[Callable[[], Any]], Future],
+    check_cost: Callable[[list[str]], None],
+) -> tuple[list[dict], int]:
+    """The texts translated (``put_back``) as dicts of SentenceTranslation's fields, and the
+    batch's sentence count. ``queue(job)`` waits for a job (app.py's ``answer``);
+    ``translate_job(parts)`` and ``call_job(function)`` make one (the batcher's)."""
+    check_request(decode, document, jsonl, flag_below is not None, prefixes)
+    p = plan_for(engine, texts, document)
+    check_cost(p.parts)
+    batched = await queue(lambda: translate_job(p.parts))
+    found = None
+    if jsonl or flag_below is not None:
+        tokens = [o[0].tokens if o else [] for o in batched.result.nbest]
+        found = await queue(lambda: call_job(
+            lambda: confidences(engine, engine.tokenizers, p.parts, tokens)))  # fmt: skip
+    outs = put_back(p, batched.result, found, flag_below)
+    return [_fields(t, jsonl) for t in outs], batched.batch_sentences
+
+
+def _fields(t: TextOut, jsonl: bool) -> dict:
+    score = _finite(sum(s.score for s in t.sentences))
+    first = record(t) if t.paragraphs is None else None
+    fields: dict = {"text": t.text, "score": score, "truncated": t.truncated,
+                    "alignment": first.get("alignment") if first else None}  # fmt: skip
+    fields["nbest"] = [{"text": t.text, "score": score, "alignment": fields["alignment"]}]
+    if jsonl and first is not None:
+        fields["log_prob"], fields["words"] = first.get("log_prob"), first.get("words")
+    elif jsonl:
+        fields["log_prob"] = _finite(sum(s.confidence.log_prob for s in t.sentences
+                                         if s.confidence))  # fmt: skip
+        fields["paragraphs"] = record(t)["paragraphs"]
+    return fields
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
