@@ -8,6 +8,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jsonargparse import ArgumentParser
 
@@ -15,6 +16,9 @@ from ..errors import UserError
 from ..files import STDOUT, check_output
 from ..serve.config import ServeConfig
 from .options import engine_options, model_options, runtime_of
+
+if TYPE_CHECKING:
+    from ..inference.glossary import Glossary
 
 
 def _translate_options(p: ArgumentParser) -> None:
@@ -25,6 +29,9 @@ def _translate_options(p: ArgumentParser) -> None:
                    "standard output); not a device, nor a file in a model's folder")  # fmt: skip
     p.add_argument("--prefix", help="target prefixes, line-aligned with the input: each "
                    "translation starts with its line (an empty line: none)")  # fmt: skip
+    p.add_argument("--glossary", help="terms to enforce, source<TAB>target one a line: a "
+                   "sentence containing a source term gets its target term (constrained beam "
+                   "search; a beam of 1 too); torch engine only")  # fmt: skip
 
 
 def _translate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
@@ -32,12 +39,25 @@ def _translate(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from .jobs import standard_streams, translate_file
 
     source = None if ns.input in (None, STDOUT) else ns.input
-    reads = {"--input": source, "--prefix": ns.prefix, "MODEL_DIR": ns.model_dir}
+    reads = {"--input": source, "--prefix": ns.prefix, "--glossary": ns.glossary,
+             "MODEL_DIR": ns.model_dir}  # fmt: skip
     output = check_output(ns.output, "--output", reads)
     stdin, stdout = standard_streams(source, output)
+    glossary = _glossary(ns.glossary, ns.engine)
     engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
                          **given.get("decode", {}))  # fmt: skip
-    translate_file(engine, source, output, stdin, stdout, _warn("translate"), ns.prefix)
+    translate_file(engine, source, output, stdin, stdout, _warn("translate"), ns.prefix, glossary)
+
+
+def _glossary(path: str | None, engine: str) -> Glossary | None:
+    """The ``--glossary`` file, read and checked before the model is loaded."""
+    from ..inference.glossary import NO_CONSTRAINED_SEARCH, Glossary
+
+    if path is None:
+        return None
+    if engine == "ctranslate2":
+        raise UserError(NO_CONSTRAINED_SEARCH)
+    return Glossary.read(path)
 
 
 def _warn(command: str) -> Callable[[str], None]:

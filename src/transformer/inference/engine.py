@@ -22,6 +22,7 @@ from ..device import autocast, prepare_runtime, resolve_precision
 from ..errors import UserError
 from ..model.build import Seq2Seq
 from ..model_dir import load_checkpoint, model_dir_of
+from .glossary import Glossary, glossary_of
 from .score import ScoreResult, score_ids, score_with
 from .search import Stopped
 from .translate import TranslationResult, tokenizers_for, translate
@@ -61,15 +62,18 @@ class TorchEngine:
         decode: DecodeConfig | None = None,
         prefixes: list[str] | None = None,
         stopped: Stopped | None = None,
+        glossary: Glossary | list[tuple[str, str]] | None = None,
     ) -> TranslationResult:
         """Translates with the torch model, in the runtime's precision, with ``decode`` (default:
         this engine's own search); ``prefixes`` (one per sentence, "" for none) start the
         outputs; ``stopped(i)``: nobody waits for sentence i any more, its search ends at the
-        next step."""
+        next step; ``glossary`` (a ``Glossary`` or (source, target) pairs): terms the outputs
+        must contain (glossary.py)."""
         d = decode or self.decode
         with self.precision():
             tokenizers = tokenizers_for(self.tokenizers, self.decode, d)
-            return translate(self.model, tokenizers, sentences, d, prefixes, stopped)
+            return translate(self.model, tokenizers, sentences, d, prefixes, stopped,
+                             glossary_of(glossary))  # fmt: skip
 
     def score(
         self, sources: list[str], targets: list[str], decode: DecodeConfig | None = None
@@ -109,6 +113,7 @@ class Engine(Protocol):
         decode: DecodeConfig | None = None,
         prefixes: list[str] | None = None,
         stopped: Stopped | None = None,
+        glossary: Glossary | None = None,  # refused by an engine without constrained search
     ) -> TranslationResult: ...
 
     def score(
