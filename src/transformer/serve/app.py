@@ -51,6 +51,7 @@ from ..errors import BadValue, UserError
 from ..inference.alignment import pharaoh
 from ..inference.cost import Cost, scoring_cost, translation_cost
 from ..inference.engine import Engine, TorchEngine
+from ..inference.glossary import NO_CONSTRAINED_SEARCH, Glossary
 from ..inference.translate import Translation
 from ..inspect.attention import inspect_sentence
 from ..inspect.step_page import PAGE as STEP_PAGE
@@ -159,7 +160,9 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI: 
         same = {name: getattr(body, name) for name in _SAME_NAMES}
         decode = _search(default, body.beam, body.nbest, body.max_len, body.sampling, **same)
         check_search(sentences, body.prefix, decode)
-        batched = await answer(lambda: batcher.translate(sentences, decode, body.prefix), request)
+        glossary = _glossary(body.glossary, engine, decode)
+        batched = await answer(lambda: batcher.translate(sentences, decode, body.prefix, glossary),
+                               request)  # fmt: skip
         truncated = set(batched.result.truncated)
         translations = [
             SentenceTranslation(
@@ -345,6 +348,24 @@ def _check_prefixes(
         if pieces > max_positions - 1:
             raise ApiError(422, "invalid_request", f"prefix.{i}: {pieces} pieces; the model's "
                            f"outputs hold at most {max_positions - 1}")  # fmt: skip
+
+
+def _glossary(
+    pairs: list[list[str]] | None, engine: Engine, decode: DecodeConfig
+) -> Glossary | None:
+    """A request's glossary, checked against the engine and the model before it is queued."""
+    if not pairs:
+        return None
+    if engine.name == "ctranslate2":
+        raise ApiError(422, "invalid_request", f"glossary: {NO_CONSTRAINED_SEARCH}")
+    if decode.sampling:
+        raise ApiError(422, "invalid_request", "glossary: a glossary needs a search, not sampling")
+    try:
+        glossary = Glossary.of(pairs)
+        glossary.check(engine.tokenizers, engine.config.model.max_positions)
+    except UserError as error:
+        raise ApiError(422, "invalid_request", str(error)) from None
+    return glossary
 
 
 def _pharaoh(translation: Translation) -> str | None:

@@ -18,6 +18,7 @@ from ..config.checks import range_of
 from .config import ServeConfig
 
 STRICT = ConfigDict(strict=True, extra="forbid")
+MAX_TERMS = 1000  # glossary terms per request
 
 
 class ErrorBody(BaseModel):
@@ -176,6 +177,11 @@ def request_models(config: ServeConfig, max_positions: int) -> tuple[type, type,
             description="tokens already produced have their logit divided by this (CTRL); 1: off",
         )
         alignment: bool | None = Field(None, description="also return word alignments")
+        glossary: list[Annotated[list[sentence], Field(min_length=2, max_length=2)]] | None = (
+            Field(None, max_length=MAX_TERMS, description="terms to enforce, [source, target] "
+                  "pairs: a sentence holding a source term (on word boundaries) gets its target "
+                  "term (constrained beam search; torch engine only)")
+        )  # fmt: skip
 
     class AttentionRequest(BaseModel):
         model_config = STRICT
