@@ -1,18 +1,22 @@
 """From a trained model to translations: the search primitives and rules (prefix, minimum
 length, n-gram and repetition controls), greedy search and sampling, beam search, batching and
 text in / text out, word alignments, the engines (ours and CTranslate2's) behind one interface,
-the model's log-probability of given pairs, and scoring with sacreBLEU."""
+the model's log-probability of given pairs, scoring with sacreBLEU, and glossaries enforced by
+lexically constrained beam search."""
 
 from .beam import beam_search
+from .constrained_beam import constrained_beam_search
 from .engine import Engine, TorchEngine, load_engine, load_torch_engine
 from .evaluate import exact_match, score_translations
+from .glossary import Glossary
 from .greedy import greedy_search, sample
 from .score import PairScore, ScoreResult, score_ids
 from .search import Hypothesis
 from .translate import search, translate, translate_ids, translate_with
 
 __all__ = [
-    "Engine", "Hypothesis", "PairScore", "ScoreResult", "TorchEngine", "beam_search",
-    "exact_match", "greedy_search", "load_engine", "load_torch_engine", "sample", "score_ids",
-    "score_translations", "search", "translate", "translate_ids", "translate_with",
+    "Engine", "Glossary", "Hypothesis", "PairScore", "ScoreResult", "TorchEngine", "beam_search",
+    "constrained_beam_search", "exact_match", "greedy_search", "load_engine", "load_torch_engine",
+    "sample", "score_ids", "score_translations", "search", "translate", "translate_ids",
+    "translate_with",
 ]  # fmt: skip
