@@ -204,10 +204,11 @@ class Batcher:
         if any(job.prefixes for job in group):
             prefixes = [p for job in group for p in job.prefixes or [""] * len(job.sentences)]
         owner = [job for job in group for _ in job.sentences]
+        terms = {"glossary": glossary} if glossary is not None else {}  # only where asked for
         try:
-            result = self.engine.translate(sentences, decode, prefixes,
-                                           stopped=lambda i: owner[i].abandoned,
-                                           glossary=glossary)  # fmt: skip
+            result = self.engine.translate(
+                sentences, decode, prefixes, stopped=lambda i: owner[i].abandoned, **terms
+            )
         except Exception as error:  # a bug: every caller hears of it, the worker goes on
             log.exception("translating a batch of %d sentences failed", len(sentences))
             for job in group:
