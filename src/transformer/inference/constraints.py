@@ -25,6 +25,11 @@ Banned tokens get -inf; the rest keep their log-probabilities (no renormalisatio
 BOS). Length limits (``force_eos``) come after all of these, and the limits are raised to make
 room for ``min_len`` and a prefix (``max_output_lengths``).
 
+Below them, the rules of a glossary's lexical constraints: ``TermState`` follows how far a
+hypothesis has got with the target terms it must contain, and ``allocate`` shares the beam
+among hypotheses by that progress (dynamic beam allocation); ``constrained_beam.py`` searches
+with them.
+
 Shapes: N rows (hypotheses being extended), t tokens so far (BOS included), P prefix length,
 V target vocabulary.
 """

@@ -10,7 +10,8 @@ positions allow (``max_positions`` tokens) is truncated to fit, and the caller i
 lines were, so the command line can warn: never a silent change, never a crash mid-file.
 Empty sentences translate to empty strings without running the model. ``translate_with`` does
 this around any engine's search (ours, or CTranslate2's in ``ctranslate2.py``), so every
-engine treats lines alike; it also tokenizes target prefixes (``constraints.py``) and turns
+engine treats lines alike; it also tokenizes target prefixes (``constraints.py``) and a
+glossary's target terms (``glossary.py``; searched for by ``constrained_beam.py``), and turns
 attention into word alignments (``alignment.py``). Every layer passes on ``stopped``
 (search.py), so that a server stops decoding the sentences of a client that left: a batch of
 them only is not decoded at all.
