@@ -8,6 +8,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jsonargparse import ArgumentParser
 
@@ -15,6 +16,9 @@ from ..errors import UserError
 from ..files import STDOUT, check_output
 from ..serve.config import ServeConfig
 from .options import engine_options, model_options, runtime_of
+
+if TYPE_CHECKING:
+    from ..inference.glossary import Glossary
 
 
 def translate_options(p: ArgumentParser) -> None:
@@ -33,6 +37,9 @@ def translate_options(p: ArgumentParser) -> None:
                    "the log-probability and each word's probability")  # fmt: skip
     p.add_argument("--flag_below", type=float, help="mark the words less likely than this "
                    "probability as [[word]] in the text")  # fmt: skip
+    p.add_argument("--glossary", help="terms to enforce, source<TAB>target one a line: a "
+                   "sentence containing a source term gets its target term (constrained beam "
+                   "search; a beam of 1 too); torch engine only")  # fmt: skip
 
 
 def translate_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
@@ -42,19 +49,36 @@ def translate_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.text_jobs import translate_texts_file
 
     source = None if ns.input in (None, STDOUT) else ns.input
-    reads = {"--input": source, "--prefix": ns.prefix, "MODEL_DIR": ns.model_dir}
+    reads = {"--input": source, "--prefix": ns.prefix, "--glossary": ns.glossary,
+             "MODEL_DIR": ns.model_dir}  # fmt: skip
     output = check_output(ns.output, "--output", reads)
     stdin, stdout = standard_streams(source, output)
     if ns.flag_below is not None:
         check_threshold(ns.flag_below)  # before the model is loaded
+    glossary = _glossary(ns.glossary, ns.engine)
+    texts = ns.document or ns.output_format == "jsonl" or ns.flag_below is not None
+    if texts and glossary is not None:
+        raise UserError("--glossary goes with plain lines, not with --document, "
+                        "--output_format jsonl or --flag_below")  # fmt: skip
     engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
                          **given.get("decode", {}))  # fmt: skip
-    if ns.document or ns.output_format == "jsonl" or ns.flag_below is not None:
+    if texts:
         translate_texts_file(engine, source, output, stdin, stdout, _warn("translate"),
                              ns.document, ns.output_format == "jsonl", ns.flag_below,
                              ns.prefix)  # fmt: skip
         return
-    translate_file(engine, source, output, stdin, stdout, _warn("translate"), ns.prefix)
+    translate_file(engine, source, output, stdin, stdout, _warn("translate"), ns.prefix, glossary)
+
+
+def _glossary(path: str | None, engine: str) -> Glossary | None:
+    """The ``--glossary`` file, read and checked before the model is loaded."""
+    from ..inference.glossary import NO_CONSTRAINED_SEARCH, Glossary
+
+    if path is None:
+        return None
+    if engine == "ctranslate2":
+        raise UserError(NO_CONSTRAINED_SEARCH)
+    return Glossary.read(path)
 
 
 def _warn(command: str) -> Callable[[str], None]:

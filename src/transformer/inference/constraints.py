@@ -25,6 +25,11 @@ Banned tokens get -inf; the rest keep their log-probabilities (no renormalisatio
 BOS). Length limits (``force_eos``) come after all of these, and the limits are raised to make
 room for ``min_len`` and a prefix (``max_output_lengths``).
 
+Below them, the rules of a glossary's lexical constraints: ``TermState`` follows how far a
+hypothesis has got with the target terms it must contain, and ``allocate`` shares the beam
+among hypotheses by that progress (dynamic beam allocation); ``constrained_beam.py`` searches
+with them.
+
 Shapes: N rows (hypotheses being extended), t tokens so far (BOS included), P prefix length,
 V target vocabulary.
 """
@@ -147,3 +152,98 @@ def nucleus(scores: Tensor, top_p: float) -> Tensor:
     drop_sorted[:, 0] = False  # the most likely: a top_p below float32's least (1e-300) is 0
     drop = drop_sorted.scatter(1, order, drop_sorted)  # (N, V) back in vocabulary order
     return scores.masked_fill(drop, float("-inf"))
+
+
+# ------------------------------------------------------------ lexical constraints (glossaries)
+@dataclass(frozen=True)
+class TermState:
+    """How far one hypothesis has got with its sentence's terms: lexical constraints, each a
+    sequence of target ids that must appear, contiguously, in the output (a glossary's target
+    terms, ``glossary.py``; searched for by ``constrained_beam.py``).
+
+    The state follows the output token by token. A term is met each time its ids end the
+    output; it is in progress while the output ends with a proper prefix of it. Progress resets
+    when a token breaks it, but the newest tokens are kept (``tail``), so a term that restarts
+    inside the broken attempt is still seen: with term ``a a b``, the output ``a a a b`` meets
+    it (fairseq's trie in ``token_generation_constraints.py`` goes back to the root instead).
+    Immutable: the beams of a step share the states they extend.
+    """
+
+    terms: tuple[tuple[int, ...], ...]  # distinct terms
+    needed: tuple[int, ...]  # how many times each must appear
+    met: tuple[int, ...] = ()  # how many times each has appeared so far
+    tail: tuple[int, ...] = ()  # the newest output ids, at most (longest term - 1)
+
+    @classmethod
+    def start(cls, terms: list[list[int]]) -> TermState:
+        """The state of an empty output; a term listed n times must appear n times."""
+        counts: dict[tuple[int, ...], int] = {}
+        for term in terms:
+            if not term:
+                raise ValueError("a term needs at least one token")
+            counts[tuple(term)] = counts.get(tuple(term), 0) + 1
+        return cls(tuple(counts), tuple(counts.values()), (0,) * len(counts))
+
+    def advance(self, token: int) -> TermState:
+        """The state after the output grows by ``token``."""
+        window = (*self.tail, token)
+        met = tuple(m + (window[-len(t) :] == t) for t, m in zip(self.terms, self.met, strict=True))
+        keep = max((len(t) for t in self.terms), default=1) - 1
+        return TermState(self.terms, self.needed, met, window[-keep:] if keep else ())
+
+    def _open(self) -> list[tuple[int, ...]]:
+        """The terms still needed."""
+        return [t for t, n, m in zip(self.terms, self.needed, self.met, strict=True) if m < n]
+
+    def _progress(self, term: tuple[int, ...]) -> int:
+        """The longest proper prefix of ``term`` that ends the output."""
+        return max((k for k in range(1, len(term)) if self.tail[-k:] == term[:k]), default=0)
+
+    @property
+    def done(self) -> bool:
+        """Every term has appeared as often as needed: the hypothesis may end."""
+        return all(m >= n for n, m in zip(self.needed, self.met, strict=True))
+
+    @property
+    def bank(self) -> int:
+        """Term tokens produced so far: those of the terms met, and of the one furthest in
+        progress (Post & Vilar 2018, §3: the bank a candidate counts towards)."""
+        met = sum(len(t) * min(m, n) for t, n, m in zip(self.terms, self.needed, self.met,
+                                                        strict=True))  # fmt: skip
+        return met + max((self._progress(t) for t in self._open()), default=0)
+
+    @property
+    def banks(self) -> int:
+        """The bank of a hypothesis that has met every term: the number of term tokens."""
+        return sum(len(t) * n for t, n in zip(self.terms, self.needed, strict=True))
+
+    def next_tokens(self) -> set[int]:
+        """The tokens that make progress: the first of every term still needed, and the next of
+        every one in progress."""
+        tokens = set()
+        for term in self._open():
+            tokens.add(term[0])
+            k = self._progress(term)
+            if k:
+                tokens.add(term[k])
+        return tokens
+
+
+def allocate(banks: list[int], scores: list[float], size: int) -> list[int]:
+    """Dynamic beam allocation (Post & Vilar 2018, §3.1): which ``size`` candidates the beam keeps,
+    in order, given each candidate's bank (``TermState.bank``) and score.
+
+    The beam is shared round-robin among the banks, highest first: the best candidate of the
+    highest bank, then the best of the next bank down, ..., then the second best of the highest
+    bank, and so on. A bank with no candidates left gives its turn to the others, so a beam that
+    has more slots than candidates in the high banks fills with the best of the low ones (the
+    paper's reassignment of unused slots; fairseq's ``LexicallyConstrainedBeamSearch`` stripes
+    the same way).
+    """
+    order = sorted(range(len(banks)), key=lambda i: (-banks[i], -scores[i]))  # bank, then score
+    rank: list[int] = []  # each candidate's place within its bank
+    for position, i in enumerate(order):
+        same = position > 0 and banks[order[position - 1]] == banks[i]
+        rank.append(rank[-1] + 1 if same else 0)
+    stripes = sorted(range(len(order)), key=lambda p: (rank[p], -banks[order[p]]))
+    return [order[p] for p in stripes[:size]]

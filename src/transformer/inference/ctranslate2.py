@@ -74,6 +74,7 @@ from ..model.build import build_model, require_transformer
 from ..model_dir.checkpoints import load_checkpoint
 from ..model_dir.layout import model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
+from .glossary import NO_CONSTRAINED_SEARCH
 from .score import ScoreResult, score_with
 from .search import Hypothesis, Stopped, gnmt_length_penalty, output_length_limits
 from .translate import TranslationResult, check_no_padding, tokenizers_for, translate_with
@@ -150,14 +151,18 @@ class CTranslate2Engine:
         decode: DecodeConfig | None = None,
         prefixes: list[str] | None = None,
         stopped: Stopped | None = None,
+        glossary: object = None,
     ) -> TranslationResult:
         """Translates ``sentences`` exactly as the torch engine's ``translate`` does, text-wise,
         with ``decode`` (default: this engine's own search) and ``prefixes``; the sentences
-        already ``stopped`` are left out (see the module docstring)."""
+        already ``stopped`` are left out (see the module docstring). A ``glossary`` is refused:
+        CTranslate2 has no constrained search."""
+        if glossary:
+            raise UserError(NO_CONSTRAINED_SEARCH)
         d = decode or self.decode
         limit = self.config.model.max_positions
         tokenizers = tokenizers_for(self.tokenizers, self.decode, d)
-        return translate_with(lambda ids, forced, left: self.search_ids(ids, d, forced, left),
+        return translate_with(lambda ids, forced, left, _: self.search_ids(ids, d, forced, left),
                               tokenizers, sentences, limit, d, prefixes, stopped)  # fmt: skip
 
     def score(

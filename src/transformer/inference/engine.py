@@ -24,6 +24,7 @@ from ..errors import ScoresNotFinite, UserError
 from ..model.base import EncoderDecoder
 from ..model_dir.checkpoints import load_checkpoint
 from ..model_dir.layout import model_dir_of
+from .glossary import Glossary, glossary_of
 from .score import ScoreResult, score_ids, score_with
 from .search import Stopped
 from .translate import TranslationResult, tokenizers_for, translate
@@ -69,15 +70,18 @@ class TorchEngine:
         decode: DecodeConfig | None = None,
         prefixes: list[str] | None = None,
         stopped: Stopped | None = None,
+        glossary: Glossary | list[tuple[str, str]] | None = None,
     ) -> TranslationResult:
         """Translates with the torch model, in the runtime's precision, with ``decode`` (default:
         this engine's own search); ``prefixes`` (one per sentence, "" for none) start the
         outputs; ``stopped(i)``: nobody waits for sentence i any more, its search ends at the
-        next step."""
+        next step; ``glossary`` (a ``Glossary`` or (source, target) pairs): terms the outputs
+        must contain (glossary.py)."""
         d = decode or self.decode
         with self.precision():
             tokenizers = tokenizers_for(self.tokenizers, self.decode, d)
-            return translate(self.model, tokenizers, sentences, d, prefixes, stopped)
+            return translate(self.model, tokenizers, sentences, d, prefixes, stopped,
+                             glossary_of(glossary))  # fmt: skip
 
     def score(
         self, sources: list[str], targets: list[str], decode: DecodeConfig | None = None
@@ -117,6 +121,7 @@ class Engine(Protocol):
         decode: DecodeConfig | None = None,
         prefixes: list[str] | None = None,
         stopped: Stopped | None = None,
+        glossary: Glossary | None = None,  # refused by an engine without constrained search
     ) -> TranslationResult: ...
 
     def score(

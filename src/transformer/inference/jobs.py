@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import IO
 
@@ -32,6 +33,7 @@ from .evaluate import (
     references_by_source,
     score_translations,
 )
+from .glossary import Glossary
 from .text_jobs import without_nul
 from .translate import Translation, TranslationResult
 
@@ -47,11 +49,17 @@ def translate_file(
     stdout: IO[str] | None,
     warn: Callable[[str], None],
     prefix: str | None = None,
+    glossary: Glossary | None = None,
 ) -> int:
     """Translates ``input`` (or ``stdin``; interactively on a terminal) into ``output`` (or
     ``stdout``), line by line; returns the number of lines. The streams are those
     ``standard_streams`` gave: None where a file is used instead. ``prefix``: a file of target
-    prefixes, line-aligned with the input (an empty line for none)."""
+    prefixes, line-aligned with the input (an empty line for none); ``glossary``: terms to
+    enforce, checked against the model before any line is read."""
+    translate: Translate = engine.translate
+    if glossary is not None:
+        glossary.check(engine.tokenizers, engine.config.model.max_positions)
+        translate = partial(engine.translate, glossary=glossary)
     interactive = input is None and stdin is not None and stdin.isatty()
     if input is not None:
         lines: Iterable[str] = read_lines(input)
@@ -73,9 +81,9 @@ def translate_file(
     if output is None:
         assert stdout is not None, "standard_streams gives stdout when there is no output file"
         write = _printer(stdout, interactive)
-        return translate_lines(engine.translate, lines, nbest, write, warn, chunk, prefixes)
+        return translate_lines(translate, lines, nbest, write, warn, chunk, prefixes)
     with atomic_write(output) as out:  # the file appears complete, at the end
-        return translate_lines(engine.translate, lines, nbest, _printer(out, False), warn, chunk,
+        return translate_lines(translate, lines, nbest, _printer(out, False), warn, chunk,
                                prefixes)  # fmt: skip
 
 
@@ -132,6 +140,10 @@ def translate_lines(
         result = translate(buffer, None, forced)
         for i in result.truncated:
             warn(f"line {done + i + 1}: longer than the model accepts; translated its beginning")
+        for i, missing in result.unmet.items():
+            terms = ", ".join(repr(term) for term in missing)
+            warn(f"line {done + i + 1}: the translation lacks the glossary's {terms}: the length "
+                 "limit left no room")  # fmt: skip
         for i, options in enumerate(result.nbest):
             if nbest > 1:
                 for line in format_nbest(done + i, options[:nbest]):

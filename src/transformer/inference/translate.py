@@ -10,7 +10,8 @@ positions allow (``max_positions`` tokens) is truncated to fit, and the caller i
 lines were, so the command line can warn: never a silent change, never a crash mid-file.
 Empty sentences translate to empty strings without running the model. ``translate_with`` does
 this around any engine's search (ours, or CTranslate2's in ``ctranslate2.py``), so every
-engine treats lines alike; it also tokenizes target prefixes (``constraints.py``) and turns
+engine treats lines alike; it also tokenizes target prefixes (``constraints.py``) and a
+glossary's target terms (``glossary.py``; searched for by ``constrained_beam.py``), and turns
 attention into word alignments (``alignment.py``). Every layer passes on ``stopped``
 (search.py), so that a server stops decoding the sentences of a client that left: a batch of
 them only is not decoded at all.
@@ -19,7 +20,7 @@ them only is not decoded at all.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -33,13 +34,16 @@ from ..model.base import EncoderDecoder
 from ..vocab import PAD_ID
 from .alignment import attach_attention, word_alignment
 from .beam import beam_search
+from .constrained_beam import Terms, constrained_beam_search
+from .glossary import Glossary, count_occurrences
 from .greedy import greedy_search, sample
 from .search import Hypothesis, Stopped, within
 
-# (source ids, target prefix ids or None, which of them nobody waits for any more) ->
-# hypotheses per sentence
+# (source ids, target prefix ids or None, which of them nobody waits for any more, the target
+# terms each must contain or None) -> hypotheses per sentence
 SearchIds = Callable[
-    [list[list[int]], list[list[int]] | None, Stopped | None], list[list[Hypothesis]]
+    [list[list[int]], list[list[int]] | None, Stopped | None, Terms | None],
+    list[list[Hypothesis]],
 ]
 
 
@@ -51,6 +55,7 @@ def translate_ids(
     generator: torch.Generator | None = None,
     prefixes: list[list[int]] | None = None,
     stopped: Stopped | None = None,
+    terms: Terms | None = None,
 ) -> list[list[Hypothesis]]:
     """Decodes many source sentences, in batches of similar length, as ``config`` says.
 
@@ -65,6 +70,7 @@ def translate_ids(
         generator: the random source for sampling.
         prefixes: per sentence, the target ids its output must start with ([]: none).
         stopped: whether nobody waits for sentence i any more (search.py): it ends early.
+        terms: per sentence, the target id sequences its output must contain ([]: none).
     Shape:
         returns one list of up to ``nbest`` hypotheses per sentence, best score first.
     """
@@ -73,7 +79,8 @@ def translate_ids(
     def run(indices: list[int], left: Stopped | None) -> list[list[Hypothesis]]:
         src_ids = pad([sentences[i] for i in indices], device)  # (B, S)
         prefix = pad([prefixes[i] for i in indices], device) if prefixes else None  # (B, P)
-        return search(model, src_ids, config, use_cache, generator, prefix, left)
+        forced = [terms[i] for i in indices] if terms else None
+        return search(model, src_ids, config, use_cache, generator, prefix, left, forced)
 
     return in_length_batches(sentences, config, run, stopped)
 
@@ -126,12 +133,19 @@ def search(
     generator: torch.Generator | None = None,
     prefix: Tensor | None = None,
     stopped: Stopped | None = None,
+    terms: Terms | None = None,
 ) -> list[list[Hypothesis]]:
     """One batch (B, S) through the search that the config asks for: sampling (``nbest``
     samples per sentence), greedy search (``beam_size`` 1) or beam search; ``prefix`` (B, P),
-    right-padded, is forced at the start of the outputs. With ``config.alignment`` every
-    hypothesis gets its ``attention`` (``alignment.py``)."""
-    if config.sampling:
+    right-padded, is forced at the start of the outputs. A batch where some sentence has
+    ``terms`` (target id sequences its output must contain) goes to constrained beam search,
+    with the config's beam (1 too). With ``config.alignment`` every hypothesis gets its
+    ``attention`` (``alignment.py``)."""
+    if terms is not None and any(terms):
+        if config.sampling:
+            raise ValueError("target terms need a search, not sampling")
+        found = constrained_beam_search(model, src_ids, terms, config, use_cache, prefix, stopped)
+    elif config.sampling:
         n = config.nbest
         repeated = src_ids.repeat_interleave(n, dim=0)  # (B·n, S): n samples per sentence
         prefixes = prefix.repeat_interleave(n, dim=0) if prefix is not None else None  # (B·n, P)
@@ -159,6 +173,9 @@ class Translation:
 class TranslationResult:
     nbest: list[list[Translation]]  # per input sentence, best first
     truncated: list[int]  # indices of the inputs that were cut to fit the model
+    # index of an input -> the glossary's target terms its best translation lacks (the length
+    # limit left no room for them)
+    unmet: dict[int, list[str]] = field(default_factory=dict)
 
     @property
     def best(self) -> list[str]:
@@ -172,18 +189,21 @@ def translate(
     decode: DecodeConfig,
     prefixes: list[str] | None = None,
     stopped: Stopped | None = None,
+    glossary: Glossary | None = None,
 ) -> TranslationResult:
     """Translates ``sentences`` (any number; batched by length inside) with the torch model;
     ``prefixes``, one per sentence ("" for none), start the outputs; ``stopped(i)``: nobody
-    waits for sentence i any more (its translation is cut short)."""
+    waits for sentence i any more (its translation is cut short); ``glossary``: the target
+    terms the outputs must contain (``glossary.py``)."""
 
     def search_ids(
-        ids: list[list[int]], prefix_ids: list[list[int]] | None, left: Stopped | None
-    ) -> list[list[Hypothesis]]:
-        return translate_ids(model, ids, decode, prefixes=prefix_ids, stopped=left)
+        ids: list[list[int]], prefix_ids: list[list[int]] | None, left: Stopped | None,
+        terms: Terms | None,
+    ) -> list[list[Hypothesis]]:  # fmt: skip
+        return translate_ids(model, ids, decode, prefixes=prefix_ids, stopped=left, terms=terms)
 
     return translate_with(search_ids, tokenizers, sentences, model.config.max_positions, decode,
-                          prefixes, stopped)  # fmt: skip
+                          prefixes, stopped, glossary)  # fmt: skip
 
 
 def tokenizers_for(
@@ -204,6 +224,7 @@ def translate_with(
     decode: DecodeConfig,
     prefixes: list[str] | None = None,
     stopped: Stopped | None = None,
+    glossary: Glossary | None = None,
 ) -> TranslationResult:
     """Text in, text out around any engine's ``search_ids`` (source ids, prefix ids ->
     hypotheses).
@@ -217,6 +238,8 @@ def translate_with(
             ``alignment`` turns each hypothesis' attention into word links.
         prefixes: one per sentence ("" for none), tokenized with the target tokenizer; a prefix
             must leave room for EOS within ``max_positions``.
+        glossary: terms the outputs must contain (``glossary.py``), checked against the model
+            here; a best output that lacks some is listed in ``unmet``.
     """
     if decode.min_len > max_positions - 1:
         raise BadValue(f"min_len {decode.min_len} is above the model's length limit "
@@ -224,7 +247,12 @@ def translate_with(
     if prefixes is not None and len(prefixes) != len(sentences):
         raise UserError(f"{len(prefixes)} prefixes for {len(sentences)} sentences; give one per "
                         "sentence (an empty one for none)")  # fmt: skip
+    if glossary is not None:
+        if decode.sampling:
+            raise UserError("a glossary needs a search (beam_size 1 or more), not sampling")
+        glossary.check(tokenizers, max_positions)
     todo, ids, prefix_ids, truncated = [], [], [], []
+    terms: list[list[str]] = []
     for i, sentence in enumerate(sentences):
         if not sentence.strip():
             continue
@@ -239,13 +267,30 @@ def translate_with(
         todo.append(i)
         ids.append(pieces)
         prefix_ids.append(forced)
+        terms.append(glossary.targets_in(sentence) if glossary is not None else [])
     empty = [] if decode.alignment else None
     nbest: list[list[Translation]] = [[Translation("", 0.0, [], empty)] for _ in sentences]
+    term_ids = [[tokenizers.tgt.encode(t) for t in ts] for ts in terms]
     if ids:
-        found = search_ids(ids, prefix_ids if any(prefix_ids) else None, within(stopped, todo))
+        found = search_ids(ids, prefix_ids if any(prefix_ids) else None, within(stopped, todo),
+                           term_ids if any(term_ids) else None)  # fmt: skip
         for i, source, hypotheses in zip(todo, ids, found, strict=True):
             nbest[i] = [_translation(h, source, tokenizers, decode.alignment) for h in hypotheses]
-    return TranslationResult(nbest, truncated)
+    unmet = {}
+    for i, wanted, wanted_ids in zip(todo, terms, term_ids, strict=True):
+        missing = _missing(nbest[i][0].tokens if nbest[i] else [], wanted, wanted_ids)
+        if missing:
+            unmet[i] = missing
+    return TranslationResult(nbest, truncated, unmet)
+
+
+def _missing(tokens: list[int], terms: list[str], term_ids: list[list[int]]) -> list[str]:
+    """The terms (text, ids; a term listed n times is needed n times) that ``tokens`` lacks."""
+    needed: dict[str, int] = {}
+    for text in terms:
+        needed[text] = needed.get(text, 0) + 1
+    ids_of = dict(zip(terms, term_ids, strict=True))
+    return [text for text, n in needed.items() if count_occurrences(tokens, ids_of[text]) < n]
 
 
 def _translation(

@@ -42,7 +42,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from ..config import DecodeConfig
-from ..errors import BadValue, UserError
+from ..errors import UserError
 from ..inference.alignment import pharaoh
 from ..inference.cost import Cost, scoring_cost, translation_cost
 from ..inference.engine import Engine, TorchEngine
@@ -54,6 +54,7 @@ from .batcher import Batcher, QueueFull, ShuttingDown
 from .config import ServeConfig
 from .errors import INTERNAL, ApiError, add_error_handlers, key_required, statuses
 from .middleware import CLIENT_GONE, AccessLog, BodyLimit, HeadAsGet
+from .requests import check_prefixes, glossary_of, one_beam, search
 from .schema import (
     AttentionRequest,
     AttentionResponse,
@@ -151,9 +152,13 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     start, served = time.perf_counter(), _served(request, body)
     sentences: list[str] = body.sentences
     request.state.log = _log_fields(sentences, served.config.log_text)
-    _check_prefixes(served, body.prefix, len(sentences))
-    decode = _search(served.default, **search_options(body))
+    check_prefixes(served.engine, served.max_positions, body.prefix, len(sentences))
+    decode = search(served.default, **search_options(body))
+    glossary = glossary_of(body.glossary, served.engine, decode)
     if body.document or body.output_format == "jsonl" or body.flag_below is not None:
+        if glossary is not None:
+            raise ApiError(422, "invalid_request", "glossary: goes with plain sentences, not "
+                           "with document, output_format jsonl or flag_below")  # fmt: skip
         found, together = await translate_texts_request(
             served.engine, sentences, decode, body.prefix, bool(body.document),
             body.output_format == "jsonl", body.flag_below,
@@ -166,7 +171,7 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
                                  batch_sentences=together)  # fmt: skip
     _check_search(served, sentences, body.prefix, decode)
     batched = await _answer(
-        served, lambda: served.batcher.translate(sentences, decode, body.prefix), request
+        served, lambda: served.batcher.translate(sentences, decode, body.prefix, glossary), request
     )
     truncated = set(batched.result.truncated)
     translations = [
@@ -197,7 +202,7 @@ async def score(body: ScoreRequest, request: Request) -> ScoreResponse:
                        f"{len(body.sources)} sources; give one per source")  # fmt: skip
     cost = scoring_cost(engine.tokenizers, body.sources, body.targets, served.max_positions)
     _check_cost(served, cost, "send fewer or shorter pairs")
-    decode = _search(served.default, **search_options(body))
+    decode = search(served.default, **search_options(body))
     found = await _answer(served, lambda: served.batcher.call(
         lambda: engine.score(body.sources, body.targets, decode)), request)  # fmt: skip
     cut = set(found.truncated)
@@ -220,9 +225,9 @@ async def attention(body: AttentionRequest, request: Request) -> AttentionRespon
         raise ApiError(501, "not_implemented", "this model has no attention to draw (an RNN "
                        "with model.rnn_attention = none)")  # fmt: skip
     request.state.log = _log_fields([body.sentence], served.config.log_text)
-    decode = _one_beam(served.default, body)
+    decode = one_beam(served.default, body)
     prefixes = None if body.prefix is None else [body.prefix]
-    _check_prefixes(served, prefixes, 1)
+    check_prefixes(served.engine, served.max_positions, prefixes, 1)
     _check_search(served, [body.sentence], prefixes, decode, rerun=1)
 
     def inspect() -> dict:
@@ -251,7 +256,7 @@ async def step_through(body: StepThroughRequest, request: Request) -> StepThroug
         raise ApiError(501, "not_implemented", "the step-through view needs the torch "
                        f"engine; this server runs {engine.name} (--engine torch)")  # fmt: skip
     request.state.log = _log_fields([body.sentence], served.config.log_text)
-    decode = _one_beam(served.default, body)
+    decode = one_beam(served.default, body)
     _check_search(served, [body.sentence], None, decode, rerun=1)
     view = await _answer(
         served,
@@ -326,20 +331,6 @@ async def _answer(served: Served, future_of: Callable[[], Future], request: Requ
         raise ApiError(500, "internal_error", INTERNAL) from None
 
 
-def _search(default: DecodeConfig, **options: object) -> DecodeConfig:
-    """The server's default search with a request's options on top, as ``translate --decode.*``
-    puts them (``DecodeConfig.with_search``); 422 if they conflict."""
-    try:
-        return default.with_search(**options)
-    except BadValue as error:  # e.g. nbest above beam_size, min_len above max_len_b
-        raise ApiError(422, "invalid_request", str(error)) from None
-
-
-def _one_beam(default: DecodeConfig, body: BaseModel) -> DecodeConfig:
-    """The search of /attention and /step-through: one beam search, its best hypothesis."""
-    return _search(default, **{"nbest": 1, "sampling": False, **search_options(body)})
-
-
 def _check_cost(served: Served, cost: Cost, advice: str) -> None:
     """422 for a request that may make the model process more than ``serve.max_cost``
     tokens (``inference/cost.py`` counts them), before it is queued."""
@@ -369,22 +360,6 @@ _PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
     "X-Frame-Options": "DENY",
 }
-
-
-def _check_prefixes(served: Served, prefixes: list[str] | None, count: int) -> None:
-    """One prefix per sentence, each leaving room for </s>: checked before the request is
-    queued, so that a bad one cannot fail the requests decoded with it."""
-    if prefixes is None:
-        return
-    if len(prefixes) != count:
-        raise ApiError(422, "invalid_request", f"prefix: {len(prefixes)} for {count} sentences; "
-                       "give one per sentence ('' for none)")  # fmt: skip
-    max_positions = served.max_positions
-    for i, prefix in enumerate(prefixes):
-        pieces = len(served.engine.tokenizers.tgt.encode(prefix))
-        if pieces > max_positions - 1:
-            raise ApiError(422, "invalid_request", f"prefix.{i}: {pieces} pieces; the model's "
-                           f"outputs hold at most {max_positions - 1}")  # fmt: skip
 
 
 def _pharaoh(translation: Translation) -> str | None:

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..config import DecodeConfig
 from ..inference.engine import Engine
+from ..inference.glossary import Glossary
 from ..inference.translate import TranslationResult
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class _Job:
     decode: DecodeConfig | None  # None for a call
     tokens: int  # source tokens, for the batch budget
     prefixes: list[str] | None = None  # one per sentence, or None
+    glossary: Glossary | None = None  # terms its translations must contain
     future: Future = field(default_factory=Future)
     call: Callable[[], Any] | None = None
     abandoned: bool = False  # its caller has gone: stop decoding its sentences
@@ -92,14 +94,15 @@ class Batcher:
 
     # ------------------------------------------------------------------------- callers' side
     def translate(
-        self, sentences: list[str], decode: DecodeConfig, prefixes: list[str] | None = None
-    ) -> Future[Batched]:
+        self, sentences: list[str], decode: DecodeConfig, prefixes: list[str] | None = None,
+        glossary: Glossary | None = None,
+    ) -> Future[Batched]:  # fmt: skip
         """Queues ``sentences`` to be translated with ``decode`` (and ``prefixes``, one per
-        sentence); the Future gets a ``Batched``."""
+        sentence, and a ``glossary``); the Future gets a ``Batched``."""
         # Counting tokens encodes each sentence once more than translate() does: microseconds.
         encode = self.engine.tokenizers.src.encode
         tokens = sum(len(encode(s)) + 1 for s in sentences)  # + EOS
-        return self._submit(_Job(list(sentences), decode, tokens, prefixes))
+        return self._submit(_Job(list(sentences), decode, tokens, prefixes, glossary))
 
     def call(self, function: Callable[[], Any]) -> Future:
         """Runs ``function`` on the worker (alone, in queue order); the Future gets its result."""
@@ -159,12 +162,12 @@ class Batcher:
             for job in live:
                 if job.call is not None:
                     _settle(job.future, job.call)
-            by_settings: dict[DecodeConfig, list[_Job]] = {}
+            by_settings: dict[tuple[DecodeConfig, Glossary | None], list[_Job]] = {}
             for job in live:
                 if job.decode is not None:
-                    by_settings.setdefault(job.decode, []).append(job)
-            for decode, group in by_settings.items():
-                self._translate(group, decode)
+                    by_settings.setdefault((job.decode, job.glossary), []).append(job)
+            for (decode, glossary), group in by_settings.items():
+                self._translate(group, decode, glossary)
 
     def _take(self) -> list[_Job] | None:
         """The next round of jobs (a call goes alone), or None once closed and empty."""
@@ -192,16 +195,20 @@ class Batcher:
             self._queued_sentences -= sum(len(job.sentences) for job in jobs)
             return jobs
 
-    def _translate(self, group: list[_Job], decode: DecodeConfig) -> None:
+    def _translate(
+        self, group: list[_Job], decode: DecodeConfig, glossary: Glossary | None = None
+    ) -> None:
         """The sentences of ``group`` in one call; each job gets its own slice back."""
         sentences = [s for job in group for s in job.sentences]
         prefixes = None
         if any(job.prefixes for job in group):
             prefixes = [p for job in group for p in job.prefixes or [""] * len(job.sentences)]
         owner = [job for job in group for _ in job.sentences]
+        terms = {"glossary": glossary} if glossary is not None else {}  # only where asked for
         try:
-            result = self.engine.translate(sentences, decode, prefixes,
-                                           stopped=lambda i: owner[i].abandoned)  # fmt: skip
+            result = self.engine.translate(
+                sentences, decode, prefixes, stopped=lambda i: owner[i].abandoned, **terms
+            )
         except Exception as error:  # a bug: every caller hears of it, the worker goes on
             log.exception("translating a batch of %d sentences failed", len(sentences))
             for job in group:

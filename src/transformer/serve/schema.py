@@ -11,7 +11,7 @@ number given as a string, or an unknown field, is an error naming it.
 """
 
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,6 +21,7 @@ from .config import ServeConfig
 from .records import PARAGRAPHS, WORDS, ParagraphRecord, WordProb
 
 STRICT = ConfigDict(strict=True, extra="forbid")
+MAX_TERMS = 1000  # glossary terms per request
 
 
 class ErrorBody(BaseModel):
@@ -187,6 +188,11 @@ class TranslateRequest(BeamSearchOptions):
     flag_below: float | None = Field(None, gt=0, le=1, allow_inf_nan=False,
                                      description="mark the words less likely than this as "
                                      "[[word]] in the text")  # fmt: skip
+    glossary: list[Annotated[list[str], Field(min_length=2, max_length=2)]] | None = Field(
+        None, max_length=MAX_TERMS, description="terms to enforce, [source, target] pairs: a "
+        "sentence holding a source term (on word boundaries) gets its target term (constrained "
+        "beam search; torch engine only)"
+    )  # fmt: skip
 
 
 class AttentionRequest(BeamSearchOptions):

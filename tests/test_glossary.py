@@ -1,0 +1,309 @@
+"""Glossaries: the term tracker on hand-made token sequences, dynamic beam allocation, the
+constrained search (a stub whose best constrained answer is known by hand, random models whose
+every output must hold its terms, and plain beam search's output wherever there is no term),
+the glossary file's reader, and the command line."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from transformer.config import DecodeConfig
+from transformer.data.tokenizer import Tokenizers
+from transformer.errors import UserError
+from transformer.inference.beam import beam_search
+from transformer.inference.constrained_beam import constrained_beam_search
+from transformer.inference.constraints import TermState, allocate
+from transformer.inference.glossary import Glossary
+from transformer.inference.translate import translate_ids
+from transformer.vocab import EOS_ID
+
+from helpers import (
+    A,
+    B,
+    C,
+    D,
+    Stub,
+    X,
+    assert_error,
+    cli_main,
+    client_for,
+    one_line_error,
+    padded,
+    tiny_model,
+)
+
+SENTENCES = [[5, 6, 7, 8, 9, 3], [10, 11, 3], [12, 13, 14, 15, 16, 17, 18, 19, 3], [20, 3]]
+
+
+def varied():
+    """A random model whose outputs vary and sometimes end early (as in test_decoding.py)."""
+    model = tiny_model(40, 30, dropout=0.0, norm_first=True, positional="learned",
+                       tie_output=False)  # fmt: skip
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 1.0)
+        model.output.weight[EOS_ID] *= 1.5
+    return model
+
+
+def occurrences(tokens: list[int], term: list[int]) -> int:
+    return sum(tokens[i : i + len(term)] == term for i in range(len(tokens)))
+
+
+def run(state: TermState, tokens: list[int]) -> TermState:
+    for token in tokens:
+        state = state.advance(token)
+    return state
+
+
+# --- the tracker ------------------------------------------------------------------------------
+def test_a_term_is_met_when_its_tokens_come_in_a_row():
+    state = TermState.start([[C, D]])
+    assert (state.bank, state.done, state.next_tokens()) == (0, False, {C})
+    assert (run(state, [C]).bank, run(state, [C]).next_tokens()) == (1, {C, D})
+    assert run(state, [C, D]).done and run(state, [C, D]).bank == 2
+    assert run(state, [A, C, D, A]).done  # anywhere in the output
+    assert not run(state, [C, A, D]).done  # not in a row
+    assert not run(state, [D, C]).done
+
+
+def test_progress_resets_when_broken_and_restarts_inside_the_broken_attempt():
+    state = TermState.start([[A, A, B]])
+    assert run(state, [A, A]).bank == 2
+    assert run(state, [A, A, C]).bank == 0  # broken: back to nothing
+    assert run(state, [A, A, A]).bank == 2  # the last two A's still start the term
+    assert run(state, [A, A, A, B]).done
+    assert run(state, [A, B, A, A, B]).done
+    assert not run(state, [A, B, A, B]).done
+
+
+def test_a_term_listed_twice_is_needed_twice_and_banks_count_term_tokens():
+    state = TermState.start([[A], [C, D], [A]])
+    assert state.banks == 4  # A twice, C D once
+    assert run(state, [A]).bank == 1 and not run(state, [A]).done
+    assert run(state, [A, C]).bank == 2  # one A met, C D in progress
+    assert run(state, [A, X, A, C, D]).done and run(state, [A, X, A, C, D]).bank == 4
+    assert run(state, [A, C, D]).next_tokens() == {A}  # only the term still needed
+
+
+def test_an_empty_term_list_is_done_from_the_start():
+    state = TermState.start([])
+    assert state.done and state.bank == 0 and state.next_tokens() == set()
+    with pytest.raises(ValueError):
+        TermState.start([[]])
+
+
+def test_dynamic_beam_allocation_takes_turns_among_banks_highest_first():
+    banks = [0, 0, 1, 2, 1, 0]
+    scores = [-1.0, -2.0, -3.0, -4.0, -5.0, -0.5]
+    # bank 2's best (3), bank 1's best (2), bank 0's best (5), then the second of each bank
+    assert allocate(banks, scores, 6) == [3, 2, 5, 4, 0, 1]
+    assert allocate(banks, scores, 3) == [3, 2, 5]
+    assert allocate([0, 0, 0], [-3.0, -1.0, -2.0], 2) == [1, 2]  # one bank: by score
+
+
+# --- the search ------------------------------------------------------------------------------
+# The stub prefers A, then ending; the term C D is unlikely: P(C) = P(D) = 0.05 at every step.
+TERM_STUB = {A: 0.7, EOS_ID: 0.2, C: 0.05, D: 0.05}
+
+
+@pytest.mark.parametrize("beam_size", [1, 2, 4])
+def test_the_search_finds_the_best_output_that_holds_the_term(beam_size):
+    stub = Stub({}, default=TERM_STUB)
+    config = DecodeConfig(beam_size=beam_size, nbest=1, length_penalty=0.0)
+    plain = beam_search(stub, torch.tensor([[5, 3]]), DecodeConfig(beam_size=4, nbest=1))
+    assert plain[0][0].tokens == []  # unconstrained, it would end at once
+    found = constrained_beam_search(stub, torch.tensor([[5, 3]]), [[[C, D]]], config)
+    best = found[0][0]
+    # Every output holding C D has P <= 0.05 · 0.05 · 0.2 (C, D, </s>), reached only by "C D".
+    assert best.tokens == [C, D]
+    assert best.log_prob == pytest.approx(2 * math.log(0.05) + math.log(0.2), abs=1e-5)
+
+
+def test_the_length_limit_may_leave_no_room_then_the_output_comes_without_the_term():
+    stub = Stub({}, default=TERM_STUB)
+    stub.config = SimpleNamespace(max_positions=2)  # one token, then </s>
+    found = constrained_beam_search(stub, torch.tensor([[5, 3]]), [[[C, D]]], DecodeConfig())
+    assert len(found[0]) == 1 and len(found[0][0].tokens) <= 1
+
+
+@pytest.mark.parametrize("beam_size", [1, 3, 5])
+def test_every_output_holds_its_terms_as_often_as_listed(beam_size):
+    model = varied()
+    terms = [[[11, 12]], [[7], [7], [20, 21, 22]], [[13], [29, 28]], [[25]]]
+    config = DecodeConfig(beam_size=beam_size, nbest=beam_size)
+    found = constrained_beam_search(model, padded(SENTENCES), terms, config)
+    for wanted, nbest in zip(terms, found, strict=True):
+        assert len(nbest) == beam_size
+        for hypothesis in nbest:
+            for term in wanted:
+                assert occurrences(hypothesis.tokens, term) >= wanted.count(term), (
+                    term,
+                    hypothesis,
+                )
+        assert [h.score for h in nbest] == sorted((h.score for h in nbest), reverse=True)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_without_terms_the_output_is_plain_beam_search_bit_for_bit(use_cache):
+    model, src = varied(), padded(SENTENCES)
+    config = DecodeConfig(beam_size=4, nbest=3)
+    plain = beam_search(model, src, config, use_cache)
+    assert constrained_beam_search(model, src, [[] for _ in SENTENCES], config, use_cache) == plain
+    # A sentence without terms beside one with terms: still plain beam search's output.
+    mixed = constrained_beam_search(model, src, [[], [[11, 12]], [], []], config, use_cache)
+    assert [mixed[i] for i in (0, 2, 3)] == [plain[i] for i in (0, 2, 3)]
+    assert mixed[1] != plain[1]
+
+
+def test_translate_ids_takes_terms_and_without_them_is_unchanged():
+    model = varied()
+    config = DecodeConfig(beam_size=4, batch_size=2)
+    plain = translate_ids(model, SENTENCES, config)
+    assert translate_ids(model, SENTENCES, config, terms=[[] for _ in SENTENCES]) == plain
+    forced = translate_ids(model, SENTENCES, config, terms=[[[11, 12]], [], [], [[25]]])
+    assert occurrences(forced[0][0].tokens, [11, 12]) and occurrences(forced[3][0].tokens, [25])
+    assert forced[1:3] == plain[1:3]
+    greedy = translate_ids(model, SENTENCES, DecodeConfig(beam_size=1), terms=[[[11]], [], [], []])
+    assert occurrences(greedy[0][0].tokens, [11])
+
+
+# --- the glossary file -------------------------------------------------------------------------
+def test_source_terms_match_on_word_boundaries_longest_first_once_per_occurrence():
+    glossary = Glossary.of([("seventy", "septante"), ("ninety", "nonante"),
+                            ("seventy-seven", "septante-sept")])  # fmt: skip
+    assert glossary.targets_in("seventy") == ["septante"]
+    assert glossary.targets_in("seventeen") == []  # not a word boundary
+    assert glossary.targets_in("seventy-seven thousand and seventy") == [
+        "septante-sept",
+        "septante",
+    ]
+    assert glossary.targets_in("ninety-one thousand and ninety") == ["nonante", "nonante"]
+    assert glossary.targets_in("Seventy") == []  # case as written
+
+
+def test_a_glossary_file_is_read_blank_lines_skipped(tmp_path):
+    path = tmp_path / "terms.tsv"
+    path.write_bytes(b"\xef\xbb\xbfseventy\tseptante\r\n\n ninety \t nonante\n")
+    found = [(t.source, t.target, t.where) for t in Glossary.read(path).terms]
+    assert found == [("seventy", "septante", f"{path}: line 1"),
+                     ("ninety", "nonante", f"{path}: line 3")]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"seventy septante\n", ["line 1", "no tab"]),
+        (b"seventy\tseptante\nninety\n", ["line 2", "no tab"]),
+        (b"a\tb\tc\n", ["line 1", "2 tabs"]),
+        (b"seventy\t \n", ["line 1", "target term is empty"]),
+        (b"\tseptante\n", ["line 1", "source term is empty"]),
+        (b"seventy\tseptante\nseventy\tsoixante-dix\n", ["line 2", "already listed", "line 1"]),
+        (b"seventy\tsept\x00ante\n", ["line 1", "binary"]),
+        (b"seventy\tsept\xe9\n", ["line 1", "UTF-8"]),
+        (b"\n\n", ["no terms"]),
+    ],
+)
+def test_a_bad_glossary_is_one_line_naming_the_file_and_line(tmp_path, content, words):
+    path = tmp_path / "terms.tsv"
+    path.write_bytes(content)
+    with pytest.raises(UserError) as error:
+        Glossary.read(path)
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+    for word in words:
+        assert word in str(error.value)
+
+
+def test_a_missing_glossary_is_named(tmp_path):
+    with pytest.raises(UserError, match="missing"):
+        Glossary.read(tmp_path / "nothing.tsv")
+
+
+# --- the command line --------------------------------------------------------------------------
+@pytest.fixture
+def glossary(tmp_path):
+    def write(text: str) -> str:
+        path = tmp_path / "terms.tsv"
+        path.write_text(text, encoding="utf-8")
+        return str(path)
+
+    return write
+
+
+def test_translate_with_a_glossary_puts_the_terms_in(numbers_model, tmp_path, glossary):
+    source = tmp_path / "in.en"
+    source.write_text("seventy\nfour\nninety-one\n", encoding="utf-8")
+    terms = glossary("seventy\tseptante\nninety\tnonante\n")
+    plain = cli_main("translate", str(numbers_model), "--input", str(source))
+    done = cli_main("translate", str(numbers_model), "--input", str(source), "--glossary", terms)
+    assert done.code == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "septante" in lines[0] and "nonante" in lines[2], lines
+    assert lines[1] == plain.stdout.splitlines()[1]  # no term: as without the glossary
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("seventy septante\n", ["terms.tsv: line 1", "no tab"]),
+        ("seventy\t\n", ["terms.tsv: line 1", "empty"]),
+        ("seventy\t" + "sept " * 60 + "\n", ["terms.tsv: line 1", "pieces", "at most 47"]),
+    ],
+)
+def test_a_bad_glossary_stops_translate_with_one_line_and_nothing_written(
+    numbers_model, tmp_path, glossary, text, words
+):
+    source, out = tmp_path / "in.en", tmp_path / "out.fr"
+    source.write_text("seventy\n", encoding="utf-8")
+    done = cli_main("translate", str(numbers_model), "-i", str(source), "-o", str(out),
+                    "--glossary", glossary(text))  # fmt: skip
+    one_line_error(done, 2, *words)
+    assert not out.exists() and done.stdout == ""
+
+
+def test_the_ctranslate2_engine_refuses_a_glossary_in_one_line(numbers_model, tmp_path, glossary):
+    source, out = tmp_path / "in.en", tmp_path / "out.fr"
+    source.write_text("seventy\n", encoding="utf-8")
+    terms = glossary("seventy\tseptante\n")
+    done = cli_main("translate", str(numbers_model), "-i", str(source), "-o", str(out),
+                    "--engine", "ctranslate2", "--glossary", terms)  # fmt: skip
+    one_line_error(done, 2, "ctranslate2", "no constrained search")
+    assert not out.exists()
+
+
+def test_no_room_for_the_terms_is_said_for_that_line(numbers_model, tmp_path, glossary):
+    # Two terms that fit the model's 47 output tokens each, but not together.
+    tgt = Tokenizers.load(numbers_model).tgt
+    longest = max(n for n in range(1, 48) if len(tgt.encode("sept " * n)) <= 47)
+    assert 2 * len(tgt.encode("sept " * longest)) > 47
+    source = tmp_path / "in.en"
+    source.write_text("four\none and two\n", encoding="utf-8")
+    terms = glossary("one\t" + "sept " * longest + "\ntwo\t" + "sept " * longest + "\n")
+    done = cli_main("translate", str(numbers_model), "--input", str(source), "--glossary", terms)
+    assert done.code == 0
+    assert len(done.stdout.splitlines()) == 2
+    assert [line for line in done.stderr if "line 2" in line and "lacks" in line], done.stderr
+    assert not [line for line in done.stderr if "line 1" in line]
+
+
+# --- over HTTP ---------------------------------------------------------------------------------
+def test_a_request_glossary_forces_its_terms_and_a_bad_one_is_422(torch_engine):
+    pytest.importorskip("fastapi")
+    terms = [["seventy", "septante"]]
+    with client_for(torch_engine) as client:
+        done = client.post("/translate", json={"sentences": ["seventy", "four"], "glossary": terms})
+        assert done.status_code == 200, done.text
+        texts = [t["text"] for t in done.json()["translations"]]
+        assert "septante" in texts[0]
+        assert texts[1] == torch_engine.translate(["four"]).best[0]
+        empty = client.post("/translate", json={"sentences": ["seventy"],
+                                                "glossary": [["seventy", " "]]})  # fmt: skip
+        assert_error(empty, 422, "invalid_request", "glossary.0", "target term is empty")
+        too_long = [["seventy", "sept " * 60]]
+        long = client.post("/translate", json={"sentences": ["seventy"], "glossary": too_long})
+        assert_error(long, 422, "invalid_request", "glossary.0", "pieces")
+        three = client.post("/translate", json={"sentences": ["x"], "glossary": [["a", "b", "c"]]})
+        assert three.status_code == 422
