@@ -30,6 +30,7 @@ FOREIGN_OPTIONS = {
     "--key", "--serve.KEY", "--section.key",  # placeholders: `--key value`, `--serve.KEY`
     "--warmup",  # the example of a misspelt option and its suggestion
     "--print-alignment", "--constraints",  # other toolkits' options, named for comparison
+    "--word-scores",
 }  # fmt: skip
 FILE_SUFFIXES = ("bin", "safetensors", "png", "svg", "json", "jsonl", "md", "py", "yaml", "de",
                  "en", "fr", "hyp", "gz", "zip")  # fmt: skip
@@ -148,7 +149,7 @@ def names_in_the_code() -> set[str]:
 
 # Other toolkits' parameters, named in the docs' comparisons with them.
 FOREIGN_NAMES = {"cross_attentions", "decoder_input_ids", "force_words_ids",
-                 "num_return_sequences"}  # fmt: skip
+                 "compute_transition_scores", "num_return_sequences"}  # fmt: skip
 KNOWN_NAMES = names_in_the_code() | FOREIGN_NAMES
 
 
