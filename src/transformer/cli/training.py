@@ -8,7 +8,7 @@ from pathlib import Path
 
 from jsonargparse import ArgumentParser
 
-from ..config import RunConfig, build_config, builtin_configs, load_config, merge
+from ..config import RunConfig, builtin_configs, load_config
 from ..errors import UserError
 
 
@@ -71,20 +71,10 @@ def train_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
 
 def run_config(ns: argparse.Namespace, given: dict[str, dict]) -> tuple[RunConfig, Path]:
     """The run's config (--config, or the saved one on --resume, with the options on top) and
-    its model directory."""
-    from ..model_dir.runs import default_run_folder, resumed_config
+    its model directory (``model_dir.runs.run_config``)."""
+    from ..model_dir.runs import run_config as of_run
 
-    data = given.get("data", {})
-    if "src" in data and "corpus" not in data:
-        data["corpus"] = None  # files given: no named corpus
-    if ns.resume and ns.config is None:
-        if ns.out is None:
-            raise UserError("--resume needs --out DIR (the run to continue)")
-        saved = resumed_config(ns.out).to_dict()
-        config = build_config(merge(saved, given), f"{ns.out} with the options")
-    else:
-        config = load_config(ns.config, given)
-    return config, Path(ns.out) if ns.out is not None else default_run_folder(config)
+    return of_run(ns.config, ns.out, ns.resume, given)
 
 
 def demo_options(p: ArgumentParser) -> None:

@@ -147,7 +147,7 @@ def _beam_search(
         # Done: at the limit, or nbest have finished and no beam can still beat the worst of them.
         kept = [finished[i] for i in running.tolist()]
         worst = [hyps[-1].score if len(hyps) >= nbest else float("-inf") for hyps in kept]
-        reachable = _best_reachable(beam_log_probs, max_lens[running], step, alpha)  # (N,)
+        reachable = best_reachable(beam_log_probs, max_lens[running], step, alpha)  # (N,)
         done = at_limit | (reachable <= torch.tensor(worst, device=device))
         left = stopped_rows(stopped, running)  # (N,) nobody waits for these any more
         if left is not None:
@@ -167,7 +167,7 @@ def _beam_search(
     return finished
 
 
-def _best_reachable(beam_log_probs: Tensor, max_lens: Tensor, step: int, alpha: float) -> Tensor:
+def best_reachable(beam_log_probs: Tensor, max_lens: Tensor, step: int, alpha: float) -> Tensor:
     """(N,) the highest score any beam of each sentence could still finish with."""
     best = beam_log_probs.max(dim=1).values  # (N,) log-probs only fall from here
     # A beam finishes at length step + 2 at the earliest and max_len + 1 at the latest; lp is

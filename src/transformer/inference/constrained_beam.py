@@ -37,11 +37,12 @@ Shapes: B batch, N sentences still running, K beams, V target vocabulary, S sour
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..config import DecodeConfig
+from ..model.base import EncoderDecoder
 from ..vocab import EOS_ID, PAD_ID
-from .beam import _best_reachable as best_reachable
+from .beam import best_reachable
 from .constraints import SearchRules, TermState, allocate
 from .search import (
     Hypothesis,
@@ -58,7 +59,7 @@ Terms = list[list[list[int]]]  # per sentence, the target id sequences its outpu
 
 
 def constrained_beam_search(
-    model: nn.Module,
+    model: EncoderDecoder,
     src_ids: Tensor,
     terms: Terms,
     config: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
@@ -87,7 +88,7 @@ def constrained_beam_search(
 
 
 def _search(
-    model: nn.Module,
+    model: EncoderDecoder,
     src_ids: Tensor,
     terms: Terms,
     config: DecodeConfig,

@@ -22,7 +22,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from .. import reading
-from ..config import RunConfig, build_config
+from ..config import RunConfig, build_config, load_config, merge
 from ..errors import UserError
 from ..files import (
     Busy,
@@ -51,6 +51,25 @@ def resumed_config(out: str | Path) -> RunConfig:
     a run may be (``files.check_replaceable``), checked before anything in it is read."""
     check_replaceable(out, "run")
     return RunDir(out).saved_config()
+
+
+def run_config(
+    config: str | None, out: str | None, resume: bool, given: dict[str, dict]
+) -> tuple[RunConfig, Path]:
+    """The config a ``train`` runs and its model directory: ``config`` (a YAML file or a
+    built-in name) with the ``given`` options on top, or on ``resume`` without a config the one
+    saved in ``out``, with them on top; ``out`` defaults to ``runs/CORPUS-SRC-TGT``."""
+    data = given.get("data", {})
+    if "src" in data and "corpus" not in data:
+        data["corpus"] = None  # files given: no named corpus
+    if resume and config is None:
+        if out is None:
+            raise UserError("--resume needs --out DIR (the run to continue)")
+        saved = resumed_config(out).to_dict()
+        built = build_config(merge(saved, given), f"{out} with the options")
+    else:
+        built = load_config(config, given)
+    return built, Path(out) if out is not None else default_run_folder(built)
 
 
 def read_metrics(out: Path) -> list[dict]:
