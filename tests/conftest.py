@@ -13,7 +13,7 @@ from transformer.inference.engine import load_torch_engine
 from transformer.serve.config import API_KEY_ENV
 from transformer.training.loop import train
 
-from helpers import TINY_NUMBERS, copy_sentences, train_config
+from helpers import TINY_NUMBERS, cli_main, copy_sentences, train_config
 
 
 @pytest.fixture(scope="session")
@@ -67,6 +67,15 @@ def rnn_numbers_model(tmp_path_factory) -> Path:
         "--bleu_sentences", "10", "--best_metric", "loss", "--threads", "1",
     ]  # fmt: skip
     train(train_config(args), out, progress=False)  # one thread: see test_rnn.one_thread
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(numbers_model, tmp_path_factory) -> Path:
+    """The tests' number-words model exported to CTranslate2 (skipped without ctranslate2)."""
+    pytest.importorskip("ctranslate2")
+    out = tmp_path_factory.mktemp("export") / "E"
+    assert cli_main("export", str(numbers_model), "--to", "ctranslate2", str(out)).code == 0
     return out
 
 

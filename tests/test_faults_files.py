@@ -251,14 +251,6 @@ def test_every_size_has_a_documented_limit_that_is_refused_beyond(home, key):
 
 
 # ------------------------------------------------------------------------------ an export
-@pytest.fixture(scope="module")
-def exported(numbers_model, tmp_path_factory) -> Path:
-    pytest.importorskip("ctranslate2")
-    out = tmp_path_factory.mktemp("export") / "E"
-    assert cli("export", str(numbers_model), "--to", "ctranslate2", str(out)).code == 0
-    return out
-
-
 MARKERS = {
     "deep": (lambda values: DEEP, TOO_DEEP),
     "a list": (lambda values: "[1, 2]", "expected an object at the top level"),

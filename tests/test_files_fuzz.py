@@ -99,14 +99,6 @@ def test_a_damaged_model_file_is_read_or_refused_in_one_line(
 
 
 # -------------------------------------------------------------------------------- an export
-@pytest.fixture(scope="module")
-def exported(numbers_model, tmp_path_factory) -> Path:
-    pytest.importorskip("ctranslate2")
-    out = tmp_path_factory.mktemp("export") / "E"
-    assert cli_main("export", str(numbers_model), "--to", "ctranslate2", str(out)).code == 0
-    return out
-
-
 @FUZZ
 @given(data=st.data(), command=st.sampled_from(["translate", "info"]))
 def test_a_damaged_export_marker_is_read_or_refused_in_one_line(
