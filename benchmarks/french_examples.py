@@ -26,7 +26,7 @@ from transformer.data.splits import SplitPlan, normalised, plan_split
 NOTES = ["Je suis étudiant."]
 EVERYDAY = [
     "Il fait très froid ce matin.",
-    "Où se trouve la pharmacie la plus proche ?",
+    "Où se trouve la boulangerie la plus proche du musée ?",
     "Ma sœur travaille dans un hôpital.",
     "Nous avons mangé une pizza hier soir.",
     "Peux-tu fermer la fenêtre de la cuisine ?",
