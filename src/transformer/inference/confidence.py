@@ -20,14 +20,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-import torch
-
-from ..data.batching import encode_source, length_batches, pad
+from ..data.batching import encode_source
 from ..data.tokenizer import AnyTokenizer, Tokenizers
 from ..errors import BadValue
-from ..vocab import BOS_ID, EOS_ID
-from .search import evaluating
+from .score import teacher_forced
 
 WORD_START = "\u2581"  # SentencePiece's "▁"
 FLAG_OPEN, FLAG_CLOSE = "[[", "]]"
@@ -79,22 +75,11 @@ def _torch_piece_log_probs(
     model, sources: list[list[int]], targets: list[list[int]], max_tokens: int, batch_size: int
 ) -> list[list[float]]:
     """score.py's ``score_ids``, keeping each position's log-probability."""
-    device = next(iter(model.parameters()), torch.empty(0)).device
-    src_len = [len(s) for s in sources]
-    tgt_len = [len(t) + 1 for t in targets]
-    order = np.lexsort((tgt_len, src_len))
     found: dict[int, list[float]] = {}
-    with evaluating(model):
-        for batch in length_batches(src_len, tgt_len, order, max_tokens, batch_size):
-            indices = batch.tolist()
-            src = pad([sources[i] for i in indices], device)  # (B, S)
-            tgt_in = pad([[BOS_ID, *targets[i]] for i in indices], device)  # (B, T)
-            gold = pad([[*targets[i], EOS_ID] for i in indices], device)  # (B, T)
-            memory, src_mask = model.encode(src)
-            log_probs = model.log_probs(model.decode(tgt_in, memory, src_mask))  # (B, T, V)
-            picked = log_probs.gather(2, gold[:, :, None]).squeeze(2).float()  # (B, T)
-            for row, i in enumerate(indices):
-                found[i] = picked[row, : tgt_len[i]].tolist()
+    for indices, picked, _ in teacher_forced(model, sources, targets, max_tokens, batch_size):
+        picked = picked.float()  # (B, T)
+        for row, i in enumerate(indices):
+            found[i] = picked[row, : len(targets[i]) + 1].tolist()
     return [found[i] for i in range(len(sources))]
 
 

@@ -20,11 +20,12 @@ Shapes: B pairs, S source length, T target length + 1, V target vocabulary.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from ..data.batching import encode_source, length_batches, pad
 from ..data.tokenizer import Tokenizers
@@ -70,11 +71,27 @@ def score_ids(
     Shape:
         returns one float per pair, in order.
     """
+    found: dict[int, float] = {}
+    for indices, picked, gold in teacher_forced(model, sources, targets, max_tokens, batch_size):
+        totals = picked.masked_fill(gold == PAD_ID, 0.0).sum(dim=1)  # (B,)
+        found.update(zip(indices, totals.tolist(), strict=True))
+    return [found[i] for i in range(len(sources))]
+
+
+def teacher_forced(
+    model: EncoderDecoder,
+    sources: list[list[int]],
+    targets: list[list[int]],
+    max_tokens: int,
+    batch_size: int,
+) -> Iterator[tuple[list[int], Tensor, Tensor]]:
+    """Per batch of similar lengths: the pairs' indices, each gold token's log-probability
+    (B, T) and the gold tokens (B, T, PAD_ID past each target's EOS); non-finite scores are
+    refused (``check_scores``)."""
     device = next(iter(model.parameters()), torch.empty(0)).device
     src_len = [len(s) for s in sources]
     tgt_len = [len(t) + 1 for t in targets]
     order = np.lexsort((tgt_len, src_len))  # by source, then target length: little padding
-    found: dict[int, float] = {}
     with evaluating(model):
         for batch in length_batches(src_len, tgt_len, order, max_tokens, batch_size):
             indices = batch.tolist()
@@ -85,10 +102,7 @@ def score_ids(
             logits = model.decode(tgt_in, memory, src_mask)  # (B, T, V)
             log_probs = model.log_probs(logits)  # (B, T, V)
             check_scores(model, log_probs, logits, memory, None)
-            picked = log_probs.gather(2, gold[:, :, None]).squeeze(2)  # (B, T)
-            totals = picked.masked_fill(gold == PAD_ID, 0.0).sum(dim=1)  # (B,)
-            found.update(zip(indices, totals.tolist(), strict=True))
-    return [found[i] for i in range(len(sources))]
+            yield indices, log_probs.gather(2, gold[:, :, None]).squeeze(2), gold  # (B, T)
 
 
 def score_with(
