@@ -291,3 +291,17 @@ def assert_error(response, status: int, code: str, *words: str) -> dict:
     for word in words:
         assert word in body["message"]
     return body
+
+
+def random_model(seed: int = 0, tgt_vocab: int = 30):
+    """A random model whose outputs vary with the source and sometimes end early (a default
+    random Transformer repeats one token forever)."""
+    model = tiny_model(40, tgt_vocab, dropout=0.0, norm_first=True, positional="learned",
+                       tie_output=False)  # fmt: skip
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 1.0)
+        model.output.weight[EOS_ID] *= 1.5
+    return model

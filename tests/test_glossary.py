@@ -31,22 +31,10 @@ from helpers import (
     client_for,
     one_line_error,
     padded,
-    tiny_model,
+    random_model,
 )
 
 SENTENCES = [[5, 6, 7, 8, 9, 3], [10, 11, 3], [12, 13, 14, 15, 16, 17, 18, 19, 3], [20, 3]]
-
-
-def varied():
-    """A random model whose outputs vary and sometimes end early (as in test_decoding.py)."""
-    model = tiny_model(40, 30, dropout=0.0, norm_first=True, positional="learned",
-                       tie_output=False)  # fmt: skip
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 1.0)
-        model.output.weight[EOS_ID] *= 1.5
-    return model
 
 
 def occurrences(tokens: list[int], term: list[int]) -> int:
@@ -132,7 +120,7 @@ def test_the_length_limit_may_leave_no_room_then_the_output_comes_without_the_te
 
 @pytest.mark.parametrize("beam_size", [1, 3, 5])
 def test_every_output_holds_its_terms_as_often_as_listed(beam_size):
-    model = varied()
+    model = random_model()
     terms = [[[11, 12]], [[7], [7], [20, 21, 22]], [[13], [29, 28]], [[25]]]
     config = DecodeConfig(beam_size=beam_size, nbest=beam_size)
     found = constrained_beam_search(model, padded(SENTENCES), terms, config)
@@ -149,7 +137,7 @@ def test_every_output_holds_its_terms_as_often_as_listed(beam_size):
 
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_without_terms_the_output_is_plain_beam_search_bit_for_bit(use_cache):
-    model, src = varied(), padded(SENTENCES)
+    model, src = random_model(), padded(SENTENCES)
     config = DecodeConfig(beam_size=4, nbest=3)
     plain = beam_search(model, src, config, use_cache)
     assert constrained_beam_search(model, src, [[] for _ in SENTENCES], config, use_cache) == plain
@@ -160,7 +148,7 @@ def test_without_terms_the_output_is_plain_beam_search_bit_for_bit(use_cache):
 
 
 def test_translate_ids_takes_terms_and_without_them_is_unchanged():
-    model = varied()
+    model = random_model()
     config = DecodeConfig(beam_size=4, batch_size=2)
     plain = translate_ids(model, SENTENCES, config)
     assert translate_ids(model, SENTENCES, config, terms=[[] for _ in SENTENCES]) == plain

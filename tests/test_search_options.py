@@ -22,26 +22,12 @@ from transformer.inference.constraints import nucleus, repetition_penalty
 from transformer.inference.engine import load_torch_engine
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
-from helpers import A, B, C, Stub, cli, copy_sentences, padded, tiny_model
+from helpers import A, B, C, Stub, cli, copy_sentences, padded, random_model
 
 DC = DecodeConfig
 V = 30  # target vocabulary of the random models
 SENTENCES = [[5, 6, 7, 8, 9, 3], [10, 11, 3], [12, 13, 14, 15, 16, 17, 18, 19, 3], [20, 3]]
 NEUTRAL = {"top_p": 1.0, "min_len": 0, "no_repeat_ngram": 0, "repetition_penalty": 1.0}
-
-
-def random_model(seed: int = 0):
-    """A random model whose outputs vary with the source and sometimes end early (a default
-    random Transformer repeats one token forever)."""
-    model = tiny_model(40, V, dropout=0.0, norm_first=True, positional="learned",
-                       tie_output=False)  # fmt: skip
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 1.0)
-        model.output.weight[EOS_ID] *= 1.5
-    return model
 
 
 def searches(config: DecodeConfig, seed: int = 7) -> dict:
