@@ -220,7 +220,7 @@ class Stub(EncoderDecoder):
     def encode(self, src_ids: Tensor) -> tuple[Tensor, Tensor]:
         return src_ids[:, :, None].float(), padding_mask(src_ids)
 
-    def new_cache(self) -> StubCache:
+    def new_cache(self, length: int = 0) -> StubCache:
         return StubCache()
 
     def decode_hidden(self, tgt_ids, memory, src_mask, cache=None) -> Tensor:

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+import transformer.model.cache as cache_module
 from transformer.config import DecodeConfig
 from transformer.data.batching import length_batches
 from transformer.inference import greedy_search, sample, translate_ids
@@ -69,7 +70,9 @@ def assert_same(a, b, tol=1e-4):
 
 
 @pytest.mark.parametrize("name", ENCODER_DECODERS)
-def test_cached_logits_equal_full_prefix_logits_step_by_step(name):
+@pytest.mark.parametrize("capacity", [2, 32], ids=["buffers-grow", "buffers-fit"])
+def test_cached_logits_equal_full_prefix_logits_step_by_step(name, capacity, monkeypatch):
+    monkeypatch.setattr(cache_module, "FIRST_CAPACITY", capacity)  # 2: grows at steps 2, 4, 8
     model = ENCODER_DECODERS[name]()
     # Rows 0, 1 share a source and rows 2, 3 share one, like the beams of two sentences.
     src = padded([[5, 6, 7, 3], [5, 6, 7, 3], [8, 9, 3], [8, 9, 3]])

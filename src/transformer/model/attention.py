@@ -42,14 +42,14 @@ def attention_reference(
     """
     scores = attention_scores(q, k)  # (B, H, Tq, Tk)
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-        # A row with every key blocked would be softmax(-inf, ..., -inf) = NaN. Give such rows
-        # finite scores, then zero their weights: the output is 0, as in the fused path.
-        blocked_row = ~mask.any(dim=-1, keepdim=True)  # (B or 1, H or 1, Tq, 1)
-        scores = scores.masked_fill(blocked_row, 0.0)
+        # Blocked keys get the lowest finite score rather than -inf: their weight is exactly 0
+        # all the same (the exponential underflows), except in a row whose keys are all
+        # blocked, which becomes uniform instead of softmax(-inf, ..., -inf) = NaN. Multiplying
+        # by the mask then zeroes that row: its output is 0, as in the fused path.
+        scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)  # (B, H, Tq, Tk)
     if mask is not None:
-        weights = weights.masked_fill(blocked_row, 0.0)
+        weights = weights * mask
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     return weights @ v, weights  # (B, H, Tq, Dh), (B, H, Tq, Tk)

@@ -84,8 +84,9 @@ class EncoderDecoder(nn.Module, ABC):
         """
 
     @abstractmethod
-    def new_cache(self) -> Cache:
-        """An empty decoder state for incremental decoding."""
+    def new_cache(self, length: int = 0) -> Cache:
+        """An empty decoder state for incremental decoding of up to ``length`` target positions
+        (0: not known; a state that keeps one entry per position then grows as needed)."""
 
     @abstractmethod
     def attention_maps(self, src_ids: Tensor, tgt_ids: Tensor) -> AttentionMaps:

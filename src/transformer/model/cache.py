@@ -6,6 +6,16 @@ token ever sees a later one). So each decoder layer keeps
 - its masked self-attention keys and values, one step appended per call;
 - its encoder-decoder keys and values, computed once from the encoder output.
 
+How they are stored, for speed (benchmarks/profile_decode.py; docs/speed.md). The self-attention
+keys and values of a layer live in one buffer with room for every position the search may
+reach (the searches say how many; a buffer that is full is replaced by one twice as long),
+written in place: a step copies only its own new keys and values, where ``torch.cat`` copied
+every earlier step again at every step. A beam search's reordering (and the leaving of finished
+sentences) gathers each layer's rows with one ``index_select`` into a spare buffer, which then
+becomes the layer's, and the layer's old one the spare of the next: no new memory per step,
+and one buffer more than the layers have. The attention reads views of the first ``length``
+positions.
+
 Shapes: B batch (times beams), H heads, t steps so far, S source length, Dh head width.
 """
 
@@ -16,33 +26,84 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+FIRST_CAPACITY = 32  # positions a buffer has room for when the longest output is not known
 
-@dataclass
+
 class LayerCache:
     """What one decoder layer has already computed."""
 
-    self_keys: Tensor | None = None  # (B, H, t, Dh), grows by the new steps on every call
-    self_values: Tensor | None = None  # (B, H, t, Dh)
-    cross_keys: Tensor | None = None  # (B, H, S, Dh), set once per source
-    cross_values: Tensor | None = None  # (B, H, S, Dh)
+    def __init__(self, capacity: int = 0) -> None:
+        self.length = 0  # positions cached
+        self.rows = 0  # batch rows in use: the first ``rows`` of the buffer
+        self.capacity = capacity or FIRST_CAPACITY  # positions the buffer has room for
+        self._kv: Tensor | None = None  # (2, ≥B, H, capacity, Dh): keys, then values
+        self._cross: Tensor | None = None  # (2, B, H, S, Dh), set once per source
+
+    @property
+    def self_keys(self) -> Tensor | None:
+        """(B, H, t, Dh), a view of the buffer."""
+        return None if self._kv is None else self._kv[0, : self.rows, :, : self.length]
+
+    @property
+    def self_values(self) -> Tensor | None:
+        """(B, H, t, Dh), a view of the buffer."""
+        return None if self._kv is None else self._kv[1, : self.rows, :, : self.length]
+
+    @property
+    def cross_keys(self) -> Tensor | None:
+        """(B, H, S, Dh)."""
+        return None if self._cross is None else self._cross[0]
+
+    @property
+    def cross_values(self) -> Tensor | None:
+        """(B, H, S, Dh)."""
+        return None if self._cross is None else self._cross[1]
+
+    def set_cross(self, keys: Tensor, values: Tensor) -> None:
+        """Stores the encoder-decoder keys and values (B, H, S, Dh), contiguous: otherwise every
+        step's Q·Kᵀ would copy them (profiled)."""
+        self._cross = torch.stack([keys, values])  # (2, B, H, S, Dh)
 
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Adds the new steps' self-attention keys and values; returns all of them so far."""
-        if self.self_keys is None or self.self_values is None:
-            self.self_keys, self.self_values = keys, values
-        else:
-            self.self_keys = torch.cat([self.self_keys, keys], dim=2)  # (B, H, t + new, Dh)
-            self.self_values = torch.cat([self.self_values, values], dim=2)
-        return self.self_keys, self.self_values
+        """Adds the new steps' self-attention keys and values (B, H, T, Dh); returns all of them
+        so far, (B, H, t + T, Dh) each (views of the buffer)."""
+        B, H, T, Dh = keys.shape
+        end = self.length + T
+        if self._kv is None or end > self._kv.size(3):
+            self._grow(B, H, end, Dh, keys)
+        assert self._kv is not None
+        self._kv[0, :B, :, self.length : end] = keys
+        self._kv[1, :B, :, self.length : end] = values
+        self.length, self.rows = end, B
+        return self._kv[0, :B, :, :end], self._kv[1, :B, :, :end]
 
-    def select(self, index: Tensor, cross: bool) -> None:
-        """Keeps rows ``index`` of the batch (beam reordering; dropping finished sentences)."""
-        if self.self_keys is not None and self.self_values is not None:
-            self.self_keys = self.self_keys.index_select(0, index)
-            self.self_values = self.self_values.index_select(0, index)
-        if cross and self.cross_keys is not None and self.cross_values is not None:
-            self.cross_keys = self.cross_keys.index_select(0, index)
-            self.cross_values = self.cross_values.index_select(0, index)
+    def _grow(self, rows: int, heads: int, needed: int, d_head: int, like: Tensor) -> None:
+        """A buffer with room for at least ``needed`` positions (twice the old room when it
+        was too small), holding what the old one held."""
+        if self._kv is not None:
+            self.capacity = max(needed, 2 * self.capacity)
+        grown = like.new_empty(2, max(rows, self.rows), heads, max(self.capacity, needed), d_head)
+        if self._kv is not None:
+            grown[:, : self.rows, :, : self.length] = self._kv[:, : self.rows, :, : self.length]
+        self._kv = grown
+
+    def select(self, index: Tensor, cross: bool, spare: Tensor | None) -> Tensor | None:
+        """Keeps rows ``index`` of the batch (beam reordering; dropping finished sentences).
+
+        The self-attention rows are gathered into ``spare`` (a buffer of the same shape, or
+        None: a new one), which becomes this layer's; the old buffer is returned, to be the
+        next layer's spare."""
+        old = self._kv
+        if old is not None:
+            n = index.numel()
+            if spare is None or spare.shape[2:] != old.shape[2:] or spare.size(1) < n:
+                spare = old.new_empty([2, max(n, old.size(1)), *old.shape[2:]])
+            used = old[:, : self.rows, :, : self.length]  # (2, B, H, t, Dh)
+            torch.index_select(used, 1, index, out=spare[:, :n, :, : self.length])
+            self._kv, self.rows = spare, n
+        if cross and self._cross is not None:
+            self._cross = self._cross.index_select(1, index)
+        return old
 
 
 @dataclass
@@ -50,16 +111,20 @@ class DecoderCache:
     """One ``LayerCache`` per decoder layer, plus how many target steps they hold."""
 
     layers: list[LayerCache] = field(default_factory=list)
+    # A buffer of a layer's shape that the rows are gathered into. Shared by the layers: each
+    # gathers into it and hands on its old buffer, so the cache takes one layer's buffer more
+    # memory, not twice as much.
+    _spare: Tensor | None = None
 
     @classmethod
-    def empty(cls, n_layers: int) -> DecoderCache:
-        return cls([LayerCache() for _ in range(n_layers)])
+    def empty(cls, n_layers: int, length: int = 0) -> DecoderCache:
+        """``n_layers`` empty caches with room for ``length`` positions (0: they grow)."""
+        return cls([LayerCache(length) for _ in range(n_layers)])
 
     @property
     def length(self) -> int:
         """Number of target positions already decoded (the offset of the next one)."""
-        keys = self.layers[0].self_keys if self.layers else None
-        return 0 if keys is None else keys.size(2)
+        return self.layers[0].length if self.layers else 0
 
     def reorder(self, index: Tensor) -> None:
         """Beam search: row i of the new batch continues hypothesis ``index[i]``.
@@ -67,10 +132,12 @@ class DecoderCache:
         Only the self-attention entries move; the encoder-decoder ones are the same for every
         beam of a sentence, so they stay as they are.
         """
-        for layer in self.layers:
-            layer.select(index, cross=False)
+        self._select(index, cross=False)
 
     def keep(self, index: Tensor) -> None:
         """Keeps only the batch rows ``index`` (e.g. the sentences that are not finished)."""
+        self._select(index, cross=True)
+
+    def _select(self, index: Tensor, cross: bool) -> None:
         for layer in self.layers:
-            layer.select(index, cross=True)
+            self._spare = layer.select(index, cross, self._spare)

@@ -110,11 +110,10 @@ class DecoderLayer(nn.Module):
         if cache is None:
             keys, values = self.cross_attn.project_kv(memory, memory)  # (B, H, S, Dh)
         else:
-            if cache.cross_keys is None or cache.cross_values is None:
-                keys, values = self.cross_attn.project_kv(memory, memory)  # (B, H, S, Dh) views
-                # Stored contiguous once, or every step's Q·Kᵀ would copy them (profiled).
-                cache.cross_keys, cache.cross_values = keys.contiguous(), values.contiguous()
+            if cache.cross_keys is None:
+                cache.set_cross(*self.cross_attn.project_kv(memory, memory))  # (B, H, S, Dh)
             keys, values = cache.cross_keys, cache.cross_values
+            assert keys is not None and values is not None
         attended, weights = self.cross_attn.attend(x, keys, values, mask, need_weights)
         return self.dropout(attended), weights
 

@@ -87,8 +87,9 @@ class RNNEncoderDecoder(EncoderDecoder):
         readout, _ = self.decoder(tgt_ids, memory, src_mask, state)  # (B, T, E)
         return self.dropout(readout)
 
-    def new_cache(self) -> RNNState:
-        """An empty decoder state for incremental decoding."""
+    def new_cache(self, length: int = 0) -> RNNState:
+        """An empty decoder state for incremental decoding (its size does not grow with
+        ``length``)."""
         return RNNState()
 
     @torch.no_grad()

@@ -98,9 +98,10 @@ class Transformer(EncoderDecoder):
         x = self.tgt_embed(tgt_ids, offset=past)  # (B, T, D)
         return self.decoder(x, memory, tgt_mask, src_mask, cache, need_weights)
 
-    def new_cache(self) -> DecoderCache:
-        """An empty key/value cache for incremental decoding."""
-        return DecoderCache.empty(len(self.decoder.layers))
+    def new_cache(self, length: int = 0) -> DecoderCache:
+        """An empty key/value cache for incremental decoding, with room for ``length``
+        positions (0: it grows as needed)."""
+        return DecoderCache.empty(len(self.decoder.layers), length)
 
     @torch.no_grad()
     def attention_maps(self, src_ids: Tensor, tgt_ids: Tensor) -> AttentionMaps:
