@@ -4,7 +4,9 @@ Greedy search commits to the most likely token at every step and cannot take it 
 that looks best now may lead to a poor sentence. Beam search (Sutskever et al. 2014; Vaswani et
 al. §6.1 use K = 4, α = 0.6) keeps K prefixes, the "beams", and at every step of a sentence:
 
-1. extends every beam by every token: K·V candidates, each scored by its total log-prob;
+1. extends every beam by every token, each candidate scored by its total log-prob; only each
+   beam's 2K most likely tokens are looked at, since the 2K best of the K·V candidates are
+   among those (``next_tokens.py``: the whole vocabulary's log-probabilities are never made);
 2. takes the 2K best candidates: those among the top K that end with EOS become finished
    hypotheses, scored log P / lp with the GNMT length penalty lp; the K best that do not end
    become the new beams (at most one EOS per beam, so 2K always hold K that continue);
@@ -44,7 +46,6 @@ from .search import (
     RunningBatch,
     Stopped,
     evaluating,
-    force_eos,
     gnmt_length_penalty,
     max_output_lengths,
     room_needed,
@@ -104,7 +105,8 @@ def _beam_search(
     max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b, room)  # (B,)
     beams_of = torch.arange(B, device=device).repeat_interleave(K)  # (B·K,) sentence of each row
     rules = SearchRules.of(config, int(max_lens.max()))
-    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix)  # B rows at step 0
+    longest = int(max_lens.max())
+    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix, longest)  # B rows
     running = torch.arange(B, device=device)  # (N,) sentence of each running block of K rows
     # The K beams all start as the same <s>: only beam 0 may be extended at the first step, or
     # the beam would fill with K copies of the same candidates.
@@ -113,16 +115,20 @@ def _beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]  # per sentence, best first
     for step in range(int(max_lens.max()) + 1):
         N = running.size(0)
-        log_probs = batch.next_log_probs()  # (N·K, V); (B, V) at step 0
-        if step == 0:  # the K beams are the same <s> so far: decoded once, then copied
-            log_probs = log_probs.repeat_interleave(K, dim=0)  # (B·K, V)
-            batch.select(beams_of, same_sentences=False)  # cache and encoder output too
-        V = log_probs.size(-1)
         at_limit = max_lens[running] <= step  # (N,)
-        force_eos(log_probs, at_limit.repeat_interleave(K))
-        candidates = beam_log_probs[:, :, None] + log_probs.view(N, K, V)  # (N, K, V)
-        top, index = candidates.view(N, K * V).topk(2 * K, dim=1)  # (N, 2K), best first
-        beam, token = index // V, index % V  # the beam each candidate extends, by which token
+        # The 2K best of each beam's tokens hold the 2K best candidates of its sentence.
+        if step == 0:  # the K beams are the same <s> so far: decoded once, then copied
+            found = batch.next_best(2 * K, at_limit)  # (B, 2K)
+            batch.select(beams_of, same_sentences=False)  # cache and encoder output too
+            log_probs, tokens = found.log_probs.repeat_interleave(K, dim=0), found.tokens
+            tokens = tokens.repeat_interleave(K, dim=0)  # (B·K, 2K) each
+        else:
+            found = batch.next_best(2 * K, at_limit.repeat_interleave(K))  # (N·K, 2K)
+            log_probs, tokens = found.log_probs, found.tokens
+        C = log_probs.size(-1)  # 2K, or fewer in a vocabulary that small
+        candidates = beam_log_probs[:, :, None] + log_probs.view(N, K, C)  # (N, K, C)
+        top, index = candidates.view(N, K * C).topk(2 * K, dim=1)  # (N, 2K), best first
+        beam, token = index // C, tokens.view(N, K * C).gather(1, index)  # which beam, by what
 
         ends = (token[:, :K] == EOS_ID) & top[:, :K].isfinite()  # (N, K)
         if ends.any():

@@ -110,7 +110,7 @@ def _search(
     max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b, room)  # (B,)
     beams_of = torch.arange(B, device=device).repeat_interleave(K)  # (B·K,)
     rules = SearchRules.of(config, int(max_lens.max()))
-    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix)
+    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix, int(max_lens.max()))
     running = torch.arange(B, device=device)  # (N,)
     beam_log_probs = torch.full((B, K), float("-inf"), device=device)  # (N, K)
     beam_log_probs[:, 0] = 0.0  # the K beams are the same <s>: only beam 0 is extended at first

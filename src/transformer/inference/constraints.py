@@ -61,6 +61,11 @@ class SearchRules:
         min_len = min(config.min_len, longest)
         return cls(min_len, config.no_repeat_ngram, config.repetition_penalty)
 
+    @property
+    def active(self) -> bool:
+        """Whether any rule is on (each is off at its neutral value)."""
+        return self.min_len > 0 or self.no_repeat_ngram > 0 or self.repetition_penalty != 1.0
+
     def penalize(self, logits: Tensor, tokens: Tensor) -> Tensor:
         """Rule 1 on logits (N, V), given the rows' tokens so far (N, t), BOS first."""
         if self.repetition_penalty == 1.0 or tokens.size(1) < 2:

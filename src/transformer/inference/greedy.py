@@ -31,32 +31,34 @@ from .search import (
     stopped_rows,
 )
 
+# (the running batch, its rows at their length limit (N,)) -> each row's next token and its
+# log-probability, (N,) and (N,)
+Choose = Callable[[RunningBatch, Tensor], tuple[Tensor, Tensor]]
+
 
 def _search_one_path(
     model: EncoderDecoder,
     src_ids: Tensor,
-    pick: Callable[[Tensor], Tensor],
+    choose: Choose,
     config: DecodeConfig,
     use_cache: bool,
     prefix: Tensor | None,
     stopped: Stopped | None = None,
 ) -> list[Hypothesis]:
-    """Greedy search and sampling: one hypothesis per sentence, next token = pick(log_probs)."""
+    """Greedy search and sampling: one hypothesis per sentence, the next token ``choose``'s."""
     if src_ids.size(0) == 0:
         return []
     memory, src_mask = model.encode(src_ids)
     room = room_needed(config.min_len, prefix)
     max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b, room)  # (B,)
     rules = SearchRules.of(config, int(max_lens.max()))
-    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix)
+    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix, int(max_lens.max()))
     running = torch.arange(src_ids.size(0), device=src_ids.device)  # sentence of each row (N,)
     log_prob = torch.zeros(src_ids.size(0), device=src_ids.device)  # (N,)
     results: dict[int, Hypothesis] = {}
     for step in range(int(max_lens.max()) + 1):
-        log_probs = batch.next_log_probs()  # (N, V)
-        force_eos(log_probs, max_lens[running] <= step)
-        next_tokens = pick(log_probs)  # (N,)
-        log_prob = log_prob + log_probs.gather(1, next_tokens[:, None]).squeeze(1)
+        next_tokens, next_log_prob = choose(batch, max_lens[running] <= step)  # (N,), (N,)
+        log_prob = log_prob + next_log_prob
         done = next_tokens == EOS_ID  # (N,)
         left = stopped_rows(stopped, running)  # (N,) nobody waits for these any more
         if left is not None and left.any():
@@ -100,9 +102,13 @@ def greedy_search(
         returns B hypotheses, in the order of src_ids; score = log_prob.
     """
     with evaluating(model):
-        return _search_one_path(
-            model, src_ids, lambda lp: lp.argmax(dim=-1), config, use_cache, prefix, stopped
-        )
+        return _search_one_path(model, src_ids, _most_likely, config, use_cache, prefix, stopped)
+
+
+def _most_likely(batch: RunningBatch, at_limit: Tensor) -> tuple[Tensor, Tensor]:
+    """Greedy search's choice: each row's most likely next token (the first of equals)."""
+    found = batch.next_best(1, at_limit)  # (N, 1) each
+    return found.tokens[:, 0], found.log_probs[:, 0]
 
 
 def sample(
@@ -131,13 +137,16 @@ def sample(
     """
     temperature, top_k, top_p = config.temperature, config.top_k, config.top_p
 
-    def pick(log_probs: Tensor) -> Tensor:
+    def draw(batch: RunningBatch, at_limit: Tensor) -> tuple[Tensor, Tensor]:
+        log_probs = batch.next_log_probs()  # (N, V)
+        force_eos(log_probs, at_limit)
         scaled = log_probs / temperature  # (N, V)
         if top_k:
             kth_best = scaled.topk(min(top_k, scaled.size(-1)), dim=-1).values[:, -1:]  # (N, 1)
             scaled = scaled.masked_fill(scaled < kth_best, float("-inf"))
         probs = nucleus(scaled, top_p).softmax(dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (N,)
+        token = torch.multinomial(probs, 1, generator=generator)  # (N, 1)
+        return token.squeeze(1), log_probs.gather(1, token).squeeze(1)
 
     with evaluating(model):
-        return _search_one_path(model, src_ids, pick, config, use_cache, prefix, stopped)
+        return _search_one_path(model, src_ids, draw, config, use_cache, prefix, stopped)

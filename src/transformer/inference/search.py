@@ -43,6 +43,7 @@ from ..errors import ScoresNotFinite
 from ..model.base import EncoderDecoder
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .constraints import SearchRules
+from .next_tokens import NextTokens, best, best_next_tokens
 
 Stopped = Callable[[int], bool]  # whether nobody waits for sentence i (of a batch) any more
 
@@ -144,11 +145,13 @@ def room_needed(min_len: int, prefix: Tensor | None) -> Tensor | int:
 
 
 def check_scores(
-    model: EncoderDecoder, log_probs: Tensor, logits: Tensor, memory: Tensor, step: int | None
+    model: EncoderDecoder, total: Tensor, logits: Tensor | None, memory: Tensor, step: int | None
 ) -> None:
-    """A one-line ``ScoresNotFinite`` when ``log_probs`` (..., V) holds a NaN or +inf, naming
-    what overflowed first (the encoder's output or the decoder's logits), in which dtype, and
-    the largest weight. −inf is allowed: a token the model rules out (an output bias of −inf).
+    """A one-line ``ScoresNotFinite`` when ``total`` is NaN or +inf: the sum of a step's
+    log-probabilities (..., V), or their log-normalisers log Σ exp(logits) (N,), which are not
+    finite exactly when a logit is NaN or +inf. Names what overflowed first (the encoder's
+    output or the decoder's logits), in which dtype, and the largest weight. −inf log-probs are
+    allowed: a token the model rules out (an output bias of −inf).
 
     Weights of huge finite magnitude pass the load's finiteness check (every 7th 3e38 does) but
     overflow in float32 (or float16 under autocast), and then greedy search picked a NaN's
@@ -157,18 +160,20 @@ def check_scores(
     +inf exactly when one of them is.
 
     Args:
-        logits: the decoder's output the log-probabilities come from; memory: the encoder's.
+        logits: the decoder's output the scores come from, when the search has it whole;
+            memory: the encoder's.
         step: the output step of a search, for the message; None when scoring.
     """
-    total = log_probs.sum()
+    total = total.sum()
     if not bool(total.isnan() | (total == float("inf"))):
         return
     if not bool(memory.isfinite().all()):
         what, dtype = "the encoder's output", memory.dtype
-    elif bool((logits.isnan() | (logits == float("inf"))).any()):
-        what, dtype = "the decoder's output (its logits)", logits.dtype
+    elif logits is None or bool((logits.isnan() | (logits == float("inf"))).any()):
+        what = "the decoder's output (its logits)"
+        dtype = (memory if logits is None else logits).dtype
     else:
-        what, dtype = "the log-softmax of the logits", log_probs.dtype
+        what, dtype = "the log-softmax of the logits", total.dtype
     where = "while scoring" if step is None else f"at output step {step}"
     weights = [p.detach().abs().max() for p in model.parameters() if p.numel()]
     largest = f"; its largest weight is {float(max(weights)):.3g}" if weights else ""
@@ -200,27 +205,47 @@ class RunningBatch:
     def __init__(
         self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor, use_cache: bool,
         rules: SearchRules = SearchRules(), prefix: Tensor | None = None,  # noqa: B008 (frozen)
+        longest: int = 0,
     ):  # fmt: skip
+        """``longest``: the most tokens an output may have (0: not known), which the cache
+        makes room for."""
         self.model = model
         self.memory, self.src_mask = memory, src_mask  # (rows, S, D), (rows, 1, 1, S)
-        self.cache = model.new_cache() if use_cache else None
+        self.cache = model.new_cache(longest + 1 if longest else 0) if use_cache else None
         self.tokens = torch.full((memory.size(0), 1), BOS_ID, device=src_mask.device)  # (rows, 1)
         self.rules, self.prefix = rules, prefix
 
     def next_log_probs(self) -> Tensor:
         """log P(next token | source, tokens so far) for every row, PAD and BOS banned and the
         search rules applied: (rows, V)."""
-        if self.cache is None:  # the whole prefix again
-            logits = self.model.decode(self.tokens, self.memory, self.src_mask)  # (rows, t+1, V)
-        else:  # only the newest token; earlier keys/values come from the cache
-            new = self.tokens[:, -1:]  # (rows, 1)
-            logits = self.model.decode(new, self.memory, self.src_mask, self.cache)
-        logits = logits[:, -1]  # (rows, V)
+        logits = self._decoded(self.model.decode)  # (rows, V)
         log_probs = self.model.log_probs(self.rules.penalize(logits, self.tokens))  # (rows, V)
         check_scores(self.model, log_probs, logits, self.memory, self.tokens.size(1) - 1)
         log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
         self.rules.restrict(log_probs, self.tokens, self.prefix)
         return log_probs
+
+    def next_best(self, k: int, at_limit: Tensor) -> NextTokens:
+        """The k most likely next tokens of every row, best first, EOS forced on the rows
+        ``at_limit`` (rows,): all that greedy search (k = 1) and beam search (k = 2K) keep of
+        a step. Without search rules and prefixes, the whole vocabulary's log-probabilities are
+        never made (``next_tokens.py``); the rules act on them, so with rules they are."""
+        if self.rules.active or self.prefix is not None:
+            log_probs = self.next_log_probs()  # (rows, V)
+            force_eos(log_probs, at_limit)
+            return NextTokens(*best(log_probs, k), log_normaliser=log_probs.new_zeros(0))
+        hidden = self._decoded(self.model.decode_hidden)  # (rows, D)
+        found = best_next_tokens(hidden, self.model.output, k, at_limit)
+        check_scores(self.model, found.log_normaliser, None, self.memory, self.tokens.size(1) - 1)
+        return found
+
+    def _decoded(self, decode: Callable[..., Tensor]) -> Tensor:
+        """The decoder's output (``decode``: the model's ``decode`` or ``decode_hidden``) for
+        the newest position of every row: (rows, V) or (rows, D)."""
+        if self.cache is None:  # the whole prefix again
+            return decode(self.tokens, self.memory, self.src_mask)[:, -1]  # from (rows, t+1, ·)
+        new = self.tokens[:, -1:]  # (rows, 1) only the newest token; earlier keys/values come
+        return decode(new, self.memory, self.src_mask, self.cache)[:, -1]  # from the cache
 
     def append(self, next_tokens: Tensor) -> None:
         """Adds one token (rows,) to every prefix."""

@@ -1,0 +1,92 @@
+"""The fused final layer of the searches (inference/next_tokens.py) against the plain way: the
+whole vocabulary's logits, log_softmax, PAD and BOS banned, top-k; and the searches unchanged by
+taking the vocabulary in slices."""
+
+import pytest
+import torch
+from torch import nn
+
+import transformer.inference.next_tokens as next_tokens
+from transformer.config import DecodeConfig
+from transformer.inference import greedy_search
+from transformer.inference.beam import beam_search
+from transformer.inference.next_tokens import best_next_tokens
+from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
+
+from helpers import padded, tiny_model
+
+
+def plain(hidden, output, k, at_limit):
+    """The reference: whole logits, log-softmax, bans, EOS forced, top-k."""
+    log_probs = torch.log_softmax(output(hidden).float(), dim=-1)  # (N, V)
+    log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
+    eos = log_probs[at_limit, EOS_ID]
+    log_probs[at_limit] = float("-inf")
+    log_probs[at_limit, EOS_ID] = eos
+    return log_probs.topk(k, dim=-1)
+
+
+@pytest.mark.parametrize("vocab", [300, 1024, 2500, 4097])  # one slice; exactly one; several
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("k", [1, 8])
+def test_best_next_tokens_equal_log_softmax_then_top_k(vocab, bias, k):
+    torch.manual_seed(0)
+    output = nn.Linear(16, vocab, bias=bias)
+    hidden = torch.randn(12, 16) * 3
+    at_limit = torch.tensor([False, True] * 6)
+    found = best_next_tokens(hidden, output, k, at_limit)
+    values, tokens = plain(hidden, output, k, at_limit)
+    finite = values.isfinite()
+    assert torch.equal(found.tokens[finite], tokens[finite])
+    assert torch.equal(found.log_probs.isfinite(), finite)
+    assert (found.log_probs[finite] - values[finite]).abs().max() <= 2e-6
+    if vocab <= next_tokens.SLICE:  # one slice: log_softmax and top-k themselves
+        assert torch.equal(found.log_probs, values)
+    assert (found.tokens[at_limit, 0] == EOS_ID).all()
+    reference = torch.logsumexp(output(hidden).double(), dim=-1).float()
+    assert (found.log_normaliser - reference).abs().max() <= 1e-5
+
+
+def test_best_next_tokens_flags_non_finite_logits():
+    output = nn.Linear(4, 3000)
+    hidden = torch.randn(3, 4)
+    with torch.no_grad():
+        output.bias[2500] = float("nan")
+        output.bias[7] = float("inf")  # row-independent: every row has one
+    found = best_next_tokens(hidden, output, 2, torch.zeros(3, dtype=torch.bool))
+    assert not found.log_normaliser.isfinite().any()
+
+
+def test_greedy_takes_the_first_of_equal_best_tokens_as_argmax_does():
+    output = nn.Linear(2, 3000, bias=True)
+    with torch.no_grad():
+        output.weight.zero_()
+        output.bias.zero_()
+        output.bias[[700, 1500, 2999]] = 5.0  # three equal best, in different slices
+    found = best_next_tokens(torch.randn(4, 2), output, 1, torch.zeros(4, dtype=torch.bool))
+    assert found.tokens[:, 0].tolist() == [700] * 4
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_searches_are_the_same_with_the_vocabulary_in_slices(search, monkeypatch):
+    model = tiny_model(40, 2600, dropout=0.0, norm_first=True, tie_output=False)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 1.0)
+        model.output.weight[EOS_ID] *= 1.5  # some end early
+    src = padded([[5, 6, 7, 8, 9, 3], [10, 11, 3], [12, 13, 14, 15, 16, 17, 18, 19, 3], [20, 3]])
+    config = DecodeConfig(beam_size=4, nbest=3, max_len_b=12)
+
+    def run():
+        if search == "greedy":
+            return [[h] for h in greedy_search(model, src, config)]
+        return beam_search(model, src, config)
+
+    sliced = run()
+    monkeypatch.setattr(next_tokens, "SLICE", 10**6)  # the whole vocabulary in one product
+    whole = run()
+    assert [[h.tokens for h in hs] for hs in sliced] == [[h.tokens for h in hs] for hs in whole]
+    for a, b in zip(sum(sliced, []), sum(whole, []), strict=True):
+        assert a.score == pytest.approx(b.score, abs=1e-4)
+        assert a.log_prob == pytest.approx(b.log_prob, abs=1e-4)
