@@ -58,12 +58,13 @@ def available_memory() -> int | None:
         return None
 
 
-def check_threads(threads: int) -> None:
-    """Refuses a ``runtime.threads`` above ``THREADS_PER_CORE`` x ``cores()`` (one line)."""
+def check_threads(threads: int, name: str = "threads") -> None:
+    """Refuses a ``runtime.threads`` (or ``runtime.inter_threads``: ``name``) above
+    ``THREADS_PER_CORE`` x ``cores()`` (one line)."""
     limit = THREADS_PER_CORE * cores()
     if threads > limit:
         raise BadValue(
-            f"--runtime.threads {threads} is more than {limit} ({THREADS_PER_CORE} per CPU core "
+            f"--runtime.{name} {threads} is more than {limit} ({THREADS_PER_CORE} per CPU core "
             f"this process may use, {cores()}); 0 lets the library choose"
         )
 
@@ -219,6 +220,7 @@ def prepare_runtime(runtime: RuntimeConfig, local_rank: int = 0) -> torch.device
     LOCAL_RANK); ``cuda:N`` keeps the GPU named.
     """
     check_threads(runtime.threads)
+    check_threads(runtime.inter_threads, "inter_threads")
     if runtime.threads:
         torch.set_num_threads(runtime.threads)
     device = resolve_device(runtime.device)

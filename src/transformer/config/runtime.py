@@ -30,7 +30,11 @@ class RuntimeConfig:
     fused into the label-smoothed loss, so the whole (N, V) logits never exist); 0: all at
     once, through the model's logits."""
     threads: int = 0
-    """Torch intra-op threads on the CPU; 0: torch's default."""
+    """Threads on the CPU; 0: torch's default (one per core). Training and one batch use them
+    all within each operation; translating many batches shares them out (``inter_threads``)."""
+    inter_threads: int = 0
+    """Batches translated at once on the CPU, each on threads ÷ inter_threads threads
+    (CTranslate2's inter_threads); 0: one per thread. Never more than there are batches."""
     timeout_minutes: float = 30.0
     """Under torchrun: how long a process waits for the others before the job fails."""
 
@@ -51,5 +55,6 @@ class RuntimeConfig:
             )
         if self.loss_chunk < 0:
             raise BadValue(f"RuntimeConfig.loss_chunk must be >= 0, got {self.loss_chunk!r}")
-        if self.threads < 0:
-            raise BadValue(f"RuntimeConfig.threads must be >= 0, got {self.threads!r}")
+        for name in ("threads", "inter_threads"):
+            if getattr(self, name) < 0:
+                raise BadValue(f"RuntimeConfig.{name} must be >= 0, got {getattr(self, name)!r}")

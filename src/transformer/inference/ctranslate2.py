@@ -75,6 +75,7 @@ from ..model_dir.checkpoints import load_checkpoint
 from ..model_dir.layout import model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .glossary import NO_CONSTRAINED_SEARCH
+from .parallel import DecodeThreads
 from .score import ScoreResult, score_with
 from .search import Hypothesis, Stopped, gnmt_length_penalty, output_length_limits
 from .translate import TranslationResult, check_no_padding, tokenizers_for, translate_with
@@ -123,6 +124,7 @@ class CTranslate2Engine:
     path: Path  # the export folder, or the checkpoint folder converted on the fly
     patience: float = PATIENCE
     alignment_heads: int | None = None  # heads its attention averages (None: all of them)
+    threads: DecodeThreads = DecodeThreads()  # its inter_threads, to cut batches as ours are
     name = "ctranslate2"
 
     def __post_init__(self) -> None:
@@ -236,7 +238,8 @@ class CTranslate2Engine:
             )
         source = [[self._src_pieces[i] for i in ids] for ids in sentences]
         target = [[self._tgt_pieces[i] for i in p] or None for p in forced]
-        batch = {"max_batch_size": d.batch_size, "batch_type": "examples"} | options
+        size = self.threads.batch_size(len(sentences), d.batch_size)  # a batch per thread
+        batch = {"max_batch_size": size, "batch_type": "examples"} | options
         budget = max(limits)
         results = self._translate(source, target, prefixes, budget, batch)
         again: dict[int, list[int]] = defaultdict(list)  # limit -> rows to decode again
@@ -300,13 +303,14 @@ def load_ctranslate2(
     converted to float32 on the fly, as a CTranslate2 engine with ``search`` (DecodeConfig
     fields) on top of the run's decode config.
 
-    The runtime maps onto ``ctranslate2.Translator``: device auto / cpu / cuda[:N]; threads on
-    a CPU -> inter_threads (batches decoded at once, one thread each; 0: one per core), on a GPU
-    -> intra_threads; precision fp32 or auto -> the model's own type, bf16 / fp16 -> bfloat16 /
-    float16 (int8_bfloat16 / int8_float16 for an int8 export).
+    The runtime maps onto ``ctranslate2.Translator``: device auto / cpu / cuda[:N]; on a CPU
+    ``inter_threads`` batches decoded at once (0: one per thread) sharing ``threads`` (0: one
+    per core), on a GPU ``threads`` -> intra_threads; precision fp32 or auto -> the model's
+    own type, bf16 / fp16 -> bfloat16 / float16 (int8_bfloat16 / int8_float16 for int8).
     """
     ct2 = import_ctranslate2()
     check_threads(runtime.threads)
+    check_threads(runtime.inter_threads, "inter_threads")
     path = Path(model_dir)
     heads = None  # a model converted here averages every head
     if is_export(path):
@@ -329,7 +333,10 @@ def load_ctranslate2(
                 model = _ct2_model(ct2, Path(folder), runtime, "float32")  # into memory
     decode = config.decode.with_search(**search)
     tokenizers = tokenizers.for_target_language(decode.target_language)
-    return CTranslate2Engine(model, tokenizers, decode, config, path, alignment_heads=heads)
+    # CTranslate2 decodes num_translators batches at once (its inter_threads on a CPU)
+    threads = DecodeThreads(inter=model.num_translators) if model.device == "cpu" else None
+    return CTranslate2Engine(model, tokenizers, decode, config, path, alignment_heads=heads,
+                             threads=threads or DecodeThreads())  # fmt: skip
 
 
 @contextmanager
@@ -360,13 +367,15 @@ def _ct2_model(ct2: Any, folder: Path, runtime: RuntimeConfig, quantization: str
     if runtime.precision in ("bf16", "fp16"):  # fp32 and auto: the type it was exported in
         half = {"bf16": "bfloat16", "fp16": "float16"}[runtime.precision]
         compute_type = f"int8_{half}" if quantization.startswith("int8") else half
-    # On a CPU, batches in parallel on one thread each: on the 2-core machine, int8 beam 4 over
-    # Multi30k's test2016 took 2.7 s with inter_threads=2 against 4.6 s with intra_threads=2.
-    threads = (
-        {"inter_threads": runtime.threads or cores(), "intra_threads": 1}
-        if device == "cpu"
-        else {"intra_threads": runtime.threads}
-    )
+    # On a CPU, batches in parallel, by default on one thread each: on the 2-core machine, int8
+    # beam 4 over Multi30k's test2016 took 2.7 s with inter_threads=2 against 4.6 s with
+    # intra_threads=2. The same rule as the torch engine's (parallel.decode_threads).
+    if device == "cpu":
+        total = runtime.threads or cores()
+        inter = runtime.inter_threads or total
+        threads = {"inter_threads": inter, "intra_threads": max(1, total // inter)}
+    else:
+        threads = {"intra_threads": runtime.threads}
     torch_threads = torch.get_num_threads()
     model = ct2.Translator(str(folder), device=device, device_index=int(index or 0),
                                 compute_type=compute_type, **threads)  # fmt: skip

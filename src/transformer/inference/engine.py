@@ -25,6 +25,7 @@ from ..model.base import EncoderDecoder
 from ..model_dir.checkpoints import load_checkpoint
 from ..model_dir.layout import model_dir_of
 from .glossary import Glossary, glossary_of
+from .parallel import decode_threads
 from .score import ScoreResult, score_ids, score_with
 from .search import Stopped
 from .translate import TranslationResult, tokenizers_for, translate
@@ -78,10 +79,11 @@ class TorchEngine:
         next step; ``glossary`` (a ``Glossary`` or (source, target) pairs): terms the outputs
         must contain (glossary.py)."""
         d = decode or self.decode
+        threads = decode_threads(self.runtime, next(self.model.parameters()).device)
         with self.precision():
             tokenizers = tokenizers_for(self.tokenizers, self.decode, d)
             return translate(self.model, tokenizers, sentences, d, prefixes, stopped,
-                             glossary_of(glossary))  # fmt: skip
+                             glossary_of(glossary), threads)  # fmt: skip
 
     def score(
         self, sources: list[str], targets: list[str], decode: DecodeConfig | None = None

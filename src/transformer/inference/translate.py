@@ -37,6 +37,7 @@ from .beam import beam_search
 from .constrained_beam import Terms, constrained_beam_search
 from .glossary import Glossary, count_occurrences
 from .greedy import greedy_search, sample
+from .parallel import DecodeThreads, map_batches
 from .search import Hypothesis, Stopped, within
 
 # (source ids, target prefix ids or None, which of them nobody waits for any more, the target
@@ -56,6 +57,7 @@ def translate_ids(
     prefixes: list[list[int]] | None = None,
     stopped: Stopped | None = None,
     terms: Terms | None = None,
+    threads: DecodeThreads = DecodeThreads(),  # noqa: B008 (frozen)
 ) -> list[list[Hypothesis]]:
     """Decodes many source sentences, in batches of similar length, as ``config`` says.
 
@@ -71,6 +73,7 @@ def translate_ids(
         prefixes: per sentence, the target ids its output must start with ([]: none).
         stopped: whether nobody waits for sentence i any more (search.py): it ends early.
         terms: per sentence, the target id sequences its output must contain ([]: none).
+        threads: how many batches to decode at once (``parallel.py``); default one.
     Shape:
         returns one list of up to ``nbest`` hypotheses per sentence, best score first.
     """
@@ -82,7 +85,7 @@ def translate_ids(
         forced = [terms[i] for i in indices] if terms else None
         return search(model, src_ids, config, use_cache, generator, prefix, left, forced)
 
-    return in_length_batches(sentences, config, run, stopped)
+    return in_length_batches(sentences, config, run, stopped, threads)
 
 
 def check_no_padding(sentences: list[list[int]]) -> None:
@@ -97,6 +100,7 @@ def in_length_batches(
     config: DecodeConfig,
     run: Callable[[list[int], Stopped | None], list[list[Hypothesis]]],
     stopped: Stopped | None = None,
+    threads: DecodeThreads = DecodeThreads(),  # noqa: B008 (frozen)
 ) -> list[list[Hypothesis]]:
     """Runs ``run`` on batches of sentences of similar length; results in input order.
 
@@ -109,19 +113,25 @@ def in_length_batches(
             hypotheses per sentence.
         stopped: whether nobody waits for sentence i any more; such a sentence gets no
             hypotheses, and is not decoded at all if it is stopped before its batch starts.
+        threads: batches decoded at once (``parallel.py``).
     """
     check_no_padding(sentences)
     lengths = [len(ids) for ids in sentences]
     widths = [max(n, 1) for n in lengths]  # an empty source still takes a column
     order = np.argsort(lengths, kind="stable")
-    results: dict[int, list[Hypothesis]] = {}
-    batches = length_batches(widths, None, order, config.max_source_tokens, config.batch_size)
-    for indices in (batch.tolist() for batch in batches):
+    size = threads.batch_size(len(sentences), config.batch_size)
+    batches = length_batches(widths, None, order, config.max_source_tokens, size)
+
+    def decode(indices: list[int]) -> dict[int, list[Hypothesis]]:
         if stopped is not None:
             indices = [i for i in indices if not stopped(i)]
-        if indices:
-            found = run(indices, within(stopped, indices))
-            results.update(zip(indices, found, strict=True))
+        if not indices:
+            return {}
+        return dict(zip(indices, run(indices, within(stopped, indices)), strict=True))
+
+    results: dict[int, list[Hypothesis]] = {}
+    for found in map_batches(decode, [batch.tolist() for batch in batches], threads):
+        results.update(found)
     return [results.get(i, []) for i in range(len(sentences))]
 
 
@@ -190,17 +200,19 @@ def translate(
     prefixes: list[str] | None = None,
     stopped: Stopped | None = None,
     glossary: Glossary | None = None,
+    threads: DecodeThreads = DecodeThreads(),  # noqa: B008 (frozen)
 ) -> TranslationResult:
     """Translates ``sentences`` (any number; batched by length inside) with the torch model;
     ``prefixes``, one per sentence ("" for none), start the outputs; ``stopped(i)``: nobody
     waits for sentence i any more (its translation is cut short); ``glossary``: the target
-    terms the outputs must contain (``glossary.py``)."""
+    terms the outputs must contain (``glossary.py``); ``threads``: batches decoded at once."""
 
     def search_ids(
         ids: list[list[int]], prefix_ids: list[list[int]] | None, left: Stopped | None,
         terms: Terms | None,
     ) -> list[list[Hypothesis]]:  # fmt: skip
-        return translate_ids(model, ids, decode, prefixes=prefix_ids, stopped=left, terms=terms)
+        return translate_ids(model, ids, decode, prefixes=prefix_ids, stopped=left, terms=terms,
+                             threads=threads)  # fmt: skip
 
     return translate_with(search_ids, tokenizers, sentences, model.config.max_positions, decode,
                           prefixes, stopped, glossary)  # fmt: skip

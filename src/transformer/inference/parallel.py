@@ -1,0 +1,98 @@
+"""Batches translated at once on a CPU: ``runtime.inter_threads``, as CTranslate2's.
+
+Decoding a batch is a long chain of small operations, one decoder step after another, and a
+small matrix product gains little from a second core. Two batches decoded at once, each on one
+core, keep both cores busy instead: on the 2-core CPU, Multi30k's test2016 with two batches at
+once on one thread each against one batch at a time on two threads (docs/speed.md). Torch lets
+go of Python's global lock inside each operation, so threads are enough.
+
+``map_batches`` runs the batches on a pool of worker threads. The model is only read; every
+batch has its own key/value cache. Each worker runs with the calling thread's autocast
+(thread-local in torch) and its own number of intra-op threads (OpenMP's, per thread). Fewer
+sentences than would fill a batch per worker are cut into one batch per worker
+(``DecodeThreads.batch_size``). On a GPU there is one worker: the calling thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+
+from ..config import RuntimeConfig
+from ..device import cores
+
+Batch = TypeVar("Batch")
+Result = TypeVar("Result")
+
+
+@dataclass(frozen=True)
+class DecodeThreads:
+    """How a CPU decodes many batches: ``inter`` at once, sharing ``total`` threads."""
+
+    inter: int = 1
+    total: int = 0  # 0: torch's own setting, untouched
+
+    def batch_size(self, sentences: int, most: int) -> int:
+        """Sentences per batch: at most ``most``, and few enough that every one of the
+        ``inter`` workers gets a batch (a server's round of a few requests, a short file)."""
+        return max(1, min(most, -(-sentences // self.inter)))
+
+    def workers(self, batches: int) -> tuple[int, int]:
+        """(batches at once, intra-op threads each) for ``batches`` batches."""
+        workers = max(1, min(self.inter, batches))
+        return workers, max(1, self.total // workers) if self.total else 0
+
+
+def decode_threads(runtime: RuntimeConfig, device: torch.device) -> DecodeThreads:
+    """The runtime's threads for decoding on ``device``: on a CPU, ``inter_threads`` batches at
+    once (0: one per thread of ``runtime.threads``, or per core), each on an equal share of
+    the threads; on a GPU, one batch at a time."""
+    if device.type != "cpu":
+        return DecodeThreads()
+    total = runtime.threads or cores()
+    return DecodeThreads(runtime.inter_threads or total, total)
+
+
+def map_batches(
+    run: Callable[[Batch], Result], batches: list[Batch], threads: DecodeThreads
+) -> list[Result]:
+    """``[run(b) for b in batches]``, ``threads.inter`` batches at once; results in order."""
+    workers, intra = threads.workers(len(batches))
+    if workers == 1:
+        with _intra_threads(intra):
+            return [run(batch) for batch in batches]
+    autocast = _autocast_state()
+
+    def in_worker(batch: Batch) -> Result:
+        with torch.autocast(**autocast):
+            return run(batch)
+
+    with _intra_threads(intra), ThreadPoolExecutor(
+        workers, thread_name_prefix="decode", initializer=torch.set_num_threads, initargs=(intra,)
+    ) as pool:  # fmt: skip
+        return list(pool.map(in_worker, batches))
+
+
+@contextmanager
+def _intra_threads(threads: int) -> Iterator[None]:
+    """Torch's intra-op threads set to ``threads`` (0: unchanged) for the block, then restored
+    (MKL's count is shared by every thread of the process)."""
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _autocast_state() -> dict:
+    """The calling thread's CPU autocast, to enter again in a worker (its state is per thread;
+    decoding runs on the CPU here)."""
+    return {"device_type": "cpu", "dtype": torch.get_autocast_dtype("cpu"),
+            "enabled": torch.is_autocast_enabled("cpu")}  # fmt: skip

@@ -1,0 +1,61 @@
+"""Batches decoded at once (inference/parallel.py, ``runtime.inter_threads``): the same outputs
+as one batch at a time, the caller's autocast in every worker, torch's threads restored."""
+
+import threading
+
+import pytest
+import torch
+
+from transformer.config import DecodeConfig, RuntimeConfig
+from transformer.device import prepare_runtime
+from transformer.errors import UserError
+from transformer.inference import translate_ids
+from transformer.inference.parallel import DecodeThreads, decode_threads, map_batches
+
+from helpers import tiny_model
+
+SENTENCES = [[4 + (i * 7 + j) % 30 for j in range(1 + i % 9)] + [3] for i in range(23)]
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_batches_at_once_give_what_one_at_a_time_gives(beam):
+    model = tiny_model(40, 30, dropout=0.0)
+    config = DecodeConfig(beam_size=beam, batch_size=4, max_len_b=10)
+    alone = translate_ids(model, SENTENCES, config)
+    together = translate_ids(model, SENTENCES, config, threads=DecodeThreads(inter=3, total=3))
+    assert [[h.tokens for h in hs] for hs in together] == [[h.tokens for h in hs] for hs in alone]
+    assert [h[0].score for h in together] == pytest.approx([h[0].score for h in alone], abs=1e-5)
+
+
+def test_every_worker_gets_a_batch_and_threads_are_shared_out():
+    threads = DecodeThreads(inter=2, total=2)
+    assert threads.batch_size(5, 64) == 3  # 5 sentences: batches of 3 and 2
+    assert threads.batch_size(1000, 64) == 64
+    assert threads.workers(1) == (1, 2)  # one batch: all the threads within it
+    assert threads.workers(9) == (2, 1)
+    assert DecodeThreads().workers(9) == (1, 0)  # one at a time, torch's threads untouched
+    runtime = RuntimeConfig(threads=4, inter_threads=0)
+    assert decode_threads(runtime, torch.device("cpu")) == DecodeThreads(4, 4)
+    assert decode_threads(runtime, torch.device("meta")) == DecodeThreads()  # not a CPU: one
+
+
+def test_workers_run_in_the_callers_autocast_on_their_own_threads():
+    seen = []
+
+    def run(batch):
+        seen.append((threading.current_thread().name, torch.is_autocast_enabled("cpu"),
+                     torch.get_autocast_dtype("cpu"), torch.get_num_threads()))  # fmt: skip
+        return batch * 2
+
+    before = torch.get_num_threads()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert map_batches(run, [1, 2, 3, 4], DecodeThreads(inter=2, total=2)) == [2, 4, 6, 8]
+    assert torch.get_num_threads() == before
+    assert {name.startswith("decode") for name, *_ in seen} == {True}
+    assert {(on, dtype, n) for _, on, dtype, n in seen} == {(True, torch.bfloat16, 1)}
+
+
+@pytest.mark.parametrize("value", [-1, 10**6])
+def test_inter_threads_out_of_range_is_one_line(value):
+    with pytest.raises(UserError, match="inter_threads"):
+        prepare_runtime(RuntimeConfig(inter_threads=value))
