@@ -33,22 +33,30 @@ FIRST_PIECE = 4  # ids below are PAD, UNK, BOS, EOS
 
 
 class HoldBackEos(nn.Module):
-    """The model with EOS's logit lowered by 1e4, so that only the length limit ends a sentence."""
+    """The model with EOS's logit lowered by 1e4 (in a copy of the final linear layer's bias),
+    so that only the length limit ends a sentence."""
 
     def __init__(self, model: Transformer) -> None:
         super().__init__()
         self.model, self.config = model, model.config
+        final = model.output
+        self.output = nn.Linear(final.in_features, final.out_features)
+        self.output.weight = final.weight
+        with torch.no_grad():
+            self.output.bias.copy_(final.bias if final.bias is not None else 0.0)
+            self.output.bias[EOS_ID] -= 1e4
 
     def encode(self, src_ids: Tensor) -> tuple[Tensor, Tensor]:
         return self.model.encode(src_ids)
 
-    def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor, cache=None) -> Tensor:
-        logits = self.model.decode(tgt_ids, memory, src_mask, cache)  # (B, T, V)
-        logits[..., EOS_ID] -= 1e4
-        return logits
+    def decode_hidden(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor, cache=None):
+        return self.model.decode_hidden(tgt_ids, memory, src_mask, cache)
 
-    def new_cache(self):
-        return self.model.new_cache()
+    def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor, cache=None) -> Tensor:
+        return self.output(self.decode_hidden(tgt_ids, memory, src_mask, cache))  # (B, T, V)
+
+    def new_cache(self, length: int = 0):
+        return self.model.new_cache(length)
 
     def log_probs(self, logits: Tensor) -> Tensor:
         return self.model.log_probs(logits)

@@ -1,8 +1,8 @@
 """Hugging Face ``MarianMTModel`` with our weights, for ``translate_speed.py``.
 
 Marian is the closest architecture to ours in ``transformers`` (post-norm, sinusoidal positions,
-√d_model scale, biases, ReLU): with our weights copied in it computes the same function, so its
-``generate`` can be timed against our search on equal work.
+√d_model scale, biases, ReLU or swish, an output bias): with our weights copied in it computes
+the same function, so its ``generate`` can be timed against our search on equal work.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def marian_from(model: Transformer):
         vocab_size=c.src_vocab_size, decoder_vocab_size=c.tgt_vocab_size, d_model=c.d_model,
         encoder_layers=c.n_encoder_layers, decoder_layers=c.n_decoder_layers,
         encoder_attention_heads=c.n_heads, decoder_attention_heads=c.n_heads,
-        encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, activation_function="relu",
+        encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, activation_function=c.activation,
         max_position_embeddings=c.max_positions, scale_embedding=True, dropout=0.0,
         attention_dropout=0.0, activation_dropout=0.0, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
         decoder_start_token_id=BOS_ID, forced_eos_token_id=None, tie_word_embeddings=c.tie_output,
@@ -40,6 +40,8 @@ def marian_from(model: Transformer):
         m.encoder.embed_tokens.weight.copy_(model.src_embed.tokens.weight)
         m.decoder.embed_tokens.weight.copy_(model.tgt_embed.tokens.weight)
         marian.lm_head.weight.copy_(model.output.weight)
+        if model.output.bias is not None:
+            marian.final_logits_bias.copy_(model.output.bias[None])
         for stack in (m.encoder.embed_positions, m.decoder.embed_positions):
             stack.weight.copy_(model.src_embed.positions.table)  # ours interleave sin and cos
         pairs = {"self_attn": "self_attn", "encoder_attn": "cross_attn"}

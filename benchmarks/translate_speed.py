@@ -6,17 +6,22 @@
     .venv/bin/python benchmarks/translate_speed.py --threads 2,1    # each table on 2, then 1
 
 One run compares, on the same model and the same sentences, greedy search and beam 4 through:
-- ``torch``: our decoder (``translate_ids``), with the key/value cache, and ``torch-nocache``;
+- ``torch``: our decoder (``translate_ids``) as ``transformer translate`` runs it, with the
+  key/value cache and ``runtime.inter_threads``' default (a batch per thread at once,
+  inference/parallel.py); ``torch-serial``: one batch at a time on all the threads;
+  ``torch-nocache``: that without the cache;
 - ``ct2-float32`` and ``ct2-int8``: the model exported with ``transformer.export`` and run with
-  the ctranslate2 engine's option mapping (patience 2); ``ct2-int8-p1``: int8 with CTranslate2's
-  default patience 1, to show what patience 2 costs;
+  the ctranslate2 engine's option mapping (patience 2; a batch per thread at once, batches cut
+  as ours are); ``ct2-int8-p1``: int8 with CTranslate2's default patience 1, to show what
+  patience 2 costs;
 - ``marian``: Hugging Face ``MarianMTModel.generate``, the closest architecture (post-norm,
-  sinusoidal positions, √d_model scale, biases, ReLU), with our weights copied in, so that it
-  computes the same function (the "same as ours" column counts the sentences whose best output
-  equals ours token for token).
+  sinusoidal positions, √d_model scale, biases, ReLU or swish), with our weights copied in, so
+  that it computes the same function (the "same as ours" column counts the sentences whose best
+  output equals ours token for token).
 
 Settings (both in one run when ``--model`` is given):
-- ``fixed``: the ``small`` preset (``--preset``) with random weights (vocab 8000), 64 source
+- ``fixed``: the ``small`` preset (``--preset``; or ``--size``, one of sizes.py's: demo, small,
+  opus-mt) with random weights (vocab 8000), 64 source
   sentences of 10-30 tokens; every output is forced to 26 decoder steps (25 tokens + EOS for
   ours, whose search forces EOS at the limit while EOS is held back; ``min = max = 26`` new
   tokens for CTranslate2 and Marian), so every engine does the same work;
@@ -56,16 +61,26 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_speed import HoldBackEos, random_sentences  # noqa: E402 (the script's own folder)
 from marian import marian_runner  # noqa: E402
+from sizes import SIZES, config_of  # noqa: E402
 
-from transformer.config import DecodeConfig, ModelConfig  # noqa: E402
+from transformer.config import DecodeConfig, ModelConfig, RuntimeConfig  # noqa: E402
 from transformer.data.corpora import load_splits  # noqa: E402
 from transformer.inference import translate_ids  # noqa: E402
 from transformer.inference.evaluate import score_translations  # noqa: E402
+from transformer.inference.parallel import DecodeThreads, decode_threads  # noqa: E402
 from transformer.model import Transformer  # noqa: E402
 from transformer.model_dir.checkpoints import load_checkpoint, read_config, resolve_checkpoint
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 
-ENGINES = ["torch", "torch-nocache", "ct2-float32", "ct2-int8", "ct2-int8-p1", "marian"]
+ENGINES = [
+    "torch",
+    "torch-serial",
+    "torch-nocache",
+    "ct2-float32",
+    "ct2-int8",
+    "ct2-int8-p1",
+    "marian",
+]
 SEARCHES = {"greedy": 1, "beam 4": 4}
 STEPS = 25  # fixed setting: output tokens before EOS
 WARM_UP = 8  # sentences
@@ -76,12 +91,19 @@ RESULTS = Path(__file__).parent / "results"
 
 # --- the models, as each engine loads them ----------------------------------------------------
 def torch_model(args: argparse.Namespace) -> Transformer:
-    """Our model: the run's best checkpoint, or ``--preset`` with seeded random weights."""
+    """Our model: the run's best checkpoint, or ``--size`` (else ``--preset`` and ``--vocab``)
+    with seeded random weights."""
     if args.setting == "run":
         return load_checkpoint(Path(args.model)).model
-    config = ModelConfig.preset(args.preset, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab)
     torch.manual_seed(args.seed)
-    return Transformer(config).eval()
+    return Transformer(fixed_config(args)).eval()
+
+
+def fixed_config(args: argparse.Namespace) -> ModelConfig:
+    """The random model's config: one of ``sizes.SIZES``, or a preset with ``--vocab``."""
+    if args.size:
+        return config_of(args.size)
+    return ModelConfig.preset(args.preset, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab)
 
 
 def ct2_folder(args: argparse.Namespace, model: Transformer, quantization: str, out: Path) -> None:
@@ -92,7 +114,8 @@ def ct2_folder(args: argparse.Namespace, model: Transformer, quantization: str, 
     if args.setting == "run":
         export_model(args.model, out, quantization)
         return
-    pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [f"p{i}" for i in range(4, args.vocab)]
+    vocab = model.config.tgt_vocab_size
+    pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [f"p{i}" for i in range(4, vocab)]
     spec = transformer_spec(model, pieces, pieces)
     spec.optimize(quantization=quantization)
     out.mkdir()
@@ -145,10 +168,15 @@ def _runner(args: argparse.Namespace, decode: DecodeConfig):
     if args.engine.startswith("torch"):
         model = torch_model(args)
         model = HoldBackEos(model) if args.setting == "fixed" else model
-        cache = args.engine == "torch"
+        cache = args.engine != "torch-nocache"
+        # torch: as `transformer translate` runs, batches at once (parallel.py); the others
+        # one batch at a time on all the threads
+        threads = decode_threads(RuntimeConfig(threads=args.threads), torch.device("cpu"))
+        threads = threads if args.engine == "torch" else DecodeThreads()
 
         def run(sentences: list[list[int]]) -> list[list[int]]:
-            return [h[0].tokens for h in translate_ids(model, sentences, decode, cache)]
+            found = translate_ids(model, sentences, decode, cache, threads=threads)
+            return [h[0].tokens for h in found]
 
         return run
     if args.engine.startswith("ct2"):
@@ -159,7 +187,6 @@ def _runner(args: argparse.Namespace, decode: DecodeConfig):
 def _ct2_runner(args: argparse.Namespace, decode: DecodeConfig):
     import ctranslate2
 
-    from transformer.config import RuntimeConfig
     from transformer.inference.ctranslate2 import (
         PATIENCE,
         load_ctranslate2,
@@ -176,13 +203,16 @@ def _ct2_runner(args: argparse.Namespace, decode: DecodeConfig):
         )
         engine = replace(engine, patience=patience)  # its options again, with this patience
         return lambda sentences: [h[0].tokens for h in engine.search_ids(sentences)]
-    ct2_model = ctranslate2.Translator(str(folder), intra_threads=args.threads)
+    # As the ctranslate2 engine runs: a batch per thread at once, batches cut as ours are.
+    ct2_model = ctranslate2.Translator(str(folder), inter_threads=args.threads, intra_threads=1)
     options = translate_batch_options(decode, {PAD_ID: "<pad>", BOS_ID: "<s>"}, patience)
     options |= {"min_decoding_length": STEPS + 1, "max_decoding_length": STEPS + 1}
+    threads = DecodeThreads(inter=args.threads, total=args.threads)
 
     def run(sentences: list[list[int]]) -> list[list[int]]:
         source = [[f"p{i}" if i > EOS_ID else "</s>" for i in s] for s in sentences]
-        results = ct2_model.translate_batch(source, max_batch_size=64, **options)
+        size = threads.batch_size(len(sentences), 64)
+        results = ct2_model.translate_batch(source, max_batch_size=size, **options)
         return [[int(p[1:]) for p in r.hypotheses[0]][:STEPS] for r in results]
 
     return run
@@ -195,7 +225,8 @@ def prepare(args: argparse.Namespace, bench: Path) -> list[str]:
     model = torch_model(args)
     if args.setting == "fixed":
         sentences = random_sentences(argparse.Namespace(
-            seed=args.seed, min_len=10, max_len=30, sentences=64, vocab=args.vocab))  # fmt: skip
+            seed=args.seed, min_len=10, max_len=30, sentences=64,
+            vocab=model.config.src_vocab_size))  # fmt: skip
         references: list[str] = []
     else:
         from transformer.data.batching import encode_source
@@ -272,10 +303,12 @@ def table(args: argparse.Namespace, rows: list[dict], probes: list, references: 
         from transformer.data.tokenizer import Tokenizers
 
         tgt = Tokenizers.load(args.model).tgt
-    c = ModelConfig.preset(args.preset)
+    c = fixed_config(args)
+    name = f"`{args.size}` size" if args.size else f"`{args.preset}` preset"
     what = (f"`{args.model}`, its test split ({len(references)} sentences), natural lengths"
-            if tgt else f"`{args.preset}` preset (d_model {c.d_model}, {c.n_encoder_layers} + "
-            f"{c.n_decoder_layers} layers, d_ff {c.d_ff}, vocab {args.vocab}), random weights, "
+            if tgt else f"{name} (d_model {c.d_model}, {c.n_encoder_layers} + "
+            f"{c.n_decoder_layers} layers, d_ff {c.d_ff}, {c.activation}, vocab "
+            f"{c.tgt_vocab_size}), random weights, "
             "64 sentences of 10-30 tokens, every output 25 tokens + EOS")  # fmt: skip
     threads = f"{args.threads} thread{'s' if args.threads > 1 else ''}"
     lines = [f"**{args.setting}**: {what}; {threads}, fastest of {args.rounds} "
@@ -323,6 +356,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds; the fastest counts")
     parser.add_argument("--preset", default="small", help="fixed: the model's size")
     parser.add_argument("--vocab", type=int, default=8000, help="fixed: vocabulary size")
+    parser.add_argument("--size", choices=sorted(SIZES), help="fixed: one of sizes.py's "
+                        "models instead of --preset and --vocab")  # fmt: skip
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--markdown", default=str(RESULTS / "translate_speed.md"))
     parser.add_argument("--setting", help=argparse.SUPPRESS)
