@@ -7,6 +7,7 @@ element holds only words that were inside it. Bad markup is one line naming the 
 
 from __future__ import annotations
 
+import json
 import random
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -19,11 +20,13 @@ import pytest
 
 from transformer.config import DecodeConfig
 from transformer.errors import UserError
-from transformer.inference.confidence import Confidence
+from transformer.inference.confidence import Confidence, Word
 from transformer.inference.markup import MarkupError, parse_markup
 from transformer.inference.tag_placement import Atom, Inline, place_tags
 from transformer.inference.texts import record, translate_texts
 from transformer.inference.translate import Translation, TranslationResult
+
+from helpers import assert_error, cli_main, cli_process, client_for, one_line_error
 
 Rewrite = Callable[[list[str]], tuple[list[str], list[tuple[int, int]]]]
 
@@ -70,35 +73,40 @@ def marked(texts: list[str], engine=None, kind: str = "html", **options) -> list
 class _Reader(HTMLParser):
     """An independent reading of markup: start tags as written, end tags, words."""
 
-    def __init__(self) -> None:
+    def __init__(self, text: str) -> None:
         super().__init__(convert_charrefs=True)
         self.items: list[str] = []
+        self.tags: Counter = Counter()
+        self.feed(text)
+        self.close()
+
+    def _tag(self, written: str) -> None:
+        self.items.append(written)
+        self.tags[written] += 1
 
     def handle_starttag(self, tag, attrs):
-        self.items.append(self.get_starttag_text())
+        self._tag(self.get_starttag_text())
 
     handle_startendtag = handle_starttag
 
     def handle_endtag(self, tag):
-        self.items.append(f"</{tag}>")
+        self._tag(f"</{tag}>")
 
     def handle_data(self, data):
         self.items += data.split()
 
     def handle_comment(self, data):
-        self.items.append(f"<!--{data}-->")
+        self._tag(f"<!--{data}-->")
 
 
 def structure(text: str) -> list[str]:
     """The tags (start tags as written) and the words of ``text`` in order, spaces aside."""
-    reader = _Reader()
-    reader.feed(text)
-    reader.close()
-    return reader.items
+    return _Reader(text).items
 
 
 def tags(text: str) -> Counter:
-    return Counter(item for item in structure(text) if item.startswith("<"))
+    """How many times each tag (start tags as written) is in ``text``."""
+    return _Reader(text).tags
 
 
 # ------------------------------------------------------------------ the tags around their words
@@ -328,6 +336,14 @@ def test_a_record_has_the_tags_and_the_plain_text_the_alignment_counts(monkeypat
     assert record(found.texts[0])["alignment"] == "1-0 0-1"
 
 
+def test_flagged_words_are_marked_inside_their_tags(monkeypatch):
+    def confidences(engine, tokenizers, sources, tokens):
+        return [Confidence(0.0, [Word("y", 0.1), Word("x", 0.9)]) for _ in sources]
+
+    monkeypatch.setattr("transformer.inference.texts.confidences", confidences)
+    assert marked(["x <b>y</b>"], WordEngine(backwards), flag_below=0.5) == ["<b>[[y]]</b> x"]
+
+
 @pytest.mark.parametrize(
     "options, words",
     [
@@ -339,3 +355,111 @@ def test_a_record_has_the_tags_and_the_plain_text_the_alignment_counts(monkeypat
 def test_what_markup_cannot_do_is_one_line(options, words):
     with pytest.raises(UserError, match=words):
         translate_texts(WordEngine(), ["x"], **options)
+
+
+# ------------------------------------------------- the command line, Python and HTTP, for real
+PAGE = [
+    "<p><b>seven hundred</b> and <i>two</i></p>",
+    '  ninety <a href="/n?x=1&amp;y=2">nine</a><br/> <code>x = 99</code>',
+    "",
+    "<b>three</b> hundred and <em>forty</em> two",
+]
+
+
+def write_page(tmp_path, lines=PAGE):
+    page = tmp_path / "page.html"
+    page.write_text("".join(line + "\n" for line in lines))
+    return page
+
+
+@pytest.mark.slow
+def test_translate_markup_html_keeps_every_tag_of_every_line(numbers_model, tmp_path):
+    out = tmp_path / "out.html"
+    done = cli_main("translate", str(numbers_model), "--markup", "html", "-i",
+                    str(write_page(tmp_path)), "-o", str(out), "--device", "cpu")  # fmt: skip
+    assert done.code == 0, done.stderr
+    got = out.read_text().splitlines()
+    assert len(got) == len(PAGE)
+    for line, translated in zip(PAGE, got, strict=True):
+        assert tags(translated) == tags(line)
+        ET.fromstring(f"<r>{translated}</r>")
+    assert got[1].startswith("  ") and got[2] == "" and "<code>x = 99</code>" in got[1]
+    done = cli_main("translate", str(numbers_model), "--markup", "html", "--document", "-i",
+                    str(write_page(tmp_path)), "--device", "cpu")  # fmt: skip
+    assert done.code == 0, done.stderr
+    assert tags(done.stdout) == tags("\n".join(PAGE))
+
+
+@pytest.mark.slow
+def test_jsonl_with_markup_has_the_tags_and_the_plain_text(numbers_model, tmp_path):
+    page = str(write_page(tmp_path))
+    done = cli_main("translate", str(numbers_model), "--markup", "html", "--output_format",
+                    "jsonl", "-i", page, "--device", "cpu")  # fmt: skip
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["source"] for r in records] == PAGE
+    assert records[0]["plain_source"] == "seven hundred and two"
+    assert " ".join(w["word"] for w in records[0]["words"]) == records[0]["plain_text"]
+    assert tags(records[0]["text"]) == tags(PAGE[0]) and "alignment" not in records[0]
+    done = cli_main("translate", str(numbers_model), "--markup", "html", "--output_format",
+                    "jsonl", "--decode.alignment", "-i", page, "--device", "cpu")  # fmt: skip
+    assert "alignment" in json.loads(done.stdout.splitlines()[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "lines, options, words",
+    [
+        (["one", "two", "<b>three"], [], "page.html: line 3: <b> is never closed"),
+        (["one", "two </i>"], ["--document"], "page.html: line 2: </i> closes no open element"),
+        (["one <a href='x", "two"], [], "page.html: line 1: an unfinished tag"),
+        (["one.", "", "two <b>three.", "", "four</b> five."], ["--document"],
+         "page.html: line 3: <b> holds part of a paragraph"),
+        (["a &nbsp; b"], ["--markup", "xml"], "page.html: line 1: &nbsp; is not an XML entity"),
+        (["one"], ["--decode.alignment"], "alignment: a marked-up text has no place"),
+        (["one"], ["--decode.nbest", "2"], "nbest 2"),
+    ],
+)  # fmt: skip
+def test_what_cannot_be_kept_is_one_line_and_nothing_is_written(numbers_model, tmp_path, lines,
+                                                                 options, words):  # fmt: skip
+    out = tmp_path / "out.html"
+    markup = [] if "--markup" in options else ["--markup", "html"]
+    page = str(write_page(tmp_path, lines))
+    done = cli_main("translate", str(numbers_model), *markup, *options, "-i", page, "-o",
+                    str(out), "--device", "cpu")  # fmt: skip
+    one_line_error(done, 2, words)
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_standard_input_is_named_and_a_glossary_refused(numbers_model, tmp_path):
+    done = cli_process("translate", str(numbers_model), "--markup", "html", "--device", "cpu",
+                       stdin="one\n<b>two\n")  # fmt: skip
+    one_line_error(done, 2, "<stdin>: line 2: <b> is never closed")
+    assert done.stdout == ""
+    (tmp_path / "terms.tsv").write_text("one\tun\n")
+    done = cli_main("translate", str(numbers_model), "--markup", "html", "--glossary",
+                    str(tmp_path / "terms.tsv"), "-i", str(write_page(tmp_path)))  # fmt: skip
+    one_line_error(done, 2, "--glossary goes with plain lines", "--markup")
+
+
+@pytest.mark.slow
+def test_python_and_http_give_the_same_marked_up_text(torch_engine):
+    pytest.importorskip("fastapi")
+    found = translate_texts(torch_engine, PAGE, markup="html").texts
+    assert [tags(t.text) for t in found] == [tags(line) for line in PAGE]
+    with client_for(torch_engine) as client:
+        answer = client.post("/translate", json={"sentences": PAGE, "markup": "html"}).json()
+        got = answer["translations"]
+        assert [t["text"] for t in got] == [t.text for t in found]
+        assert got[0]["plain_text"] == found[0].sentences[0].plain[1]
+        bad = client.post("/translate", json={"sentences": ["one", "x\n<b>y"], "markup": "html"})
+        assert_error(bad, 422, "invalid_request", "sentences.1: line 2: <b> is never closed")
+
+
+@pytest.mark.slow
+def test_the_ctranslate2_engine_keeps_the_tags_too(exported, tmp_path):
+    done = cli_main("translate", str(exported), "--engine", "ctranslate2", "--markup", "html",
+                    "-i", str(write_page(tmp_path)), "--device", "cpu")  # fmt: skip
+    assert done.code == 0, done.stderr
+    for line, translated in zip(PAGE, done.stdout.splitlines(), strict=True):
+        assert tags(translated) == tags(line)
