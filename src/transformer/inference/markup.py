@@ -29,6 +29,7 @@ tag, tags closed out of order, an unfinished tag (``<b`` or ``<b class="x``), an
 from __future__ import annotations
 
 import html
+from bisect import bisect_right
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
@@ -77,6 +78,7 @@ class Markup:
     plain: str  # what the model reads: the text between the tags, references decoded
     spans: list[tuple[int, int]]  # per character of ``plain``: where it is in ``source``
     elements: list[Element]  # in the order of their start tags
+    line_starts: list[int]  # where each line of the source starts
 
     def raw(self, element: Element) -> str:
         """The element as written, start tag to end tag."""
@@ -84,7 +86,7 @@ class Markup:
 
     def line_of(self, at: int) -> int:
         """The line (from 1) of position ``at`` of the source."""
-        return self.source.count("\n", 0, at) + 1
+        return bisect_right(self.line_starts, at)
 
 
 def parse_markup(source: str, kind: str) -> Markup:
@@ -92,28 +94,25 @@ def parse_markup(source: str, kind: str) -> Markup:
     a ``MarkupError`` names the line of the first thing that is wrong."""
     if kind not in ("html", "xml"):
         raise ValueError(f"markup {kind!r}: parse_markup reads html or xml")
-    parser = _EventParser()
+    line_starts = [0] + [i + 1 for i, c in enumerate(source) if c == "\n"]
+    parser = _EventParser(line_starts)
     parser.feed(source)
     parser.close()
-    return _Builder(source, kind).build(parser.events)
+    return _Builder(source, kind, line_starts).build(parser.events)
 
 
 class _EventParser(HTMLParser):
     """``html.parser``'s events as (what, offset, payload), in order; where each ends is where
     the next begins. References stay events of their own (``convert_charrefs=False``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, line_starts: list[int]) -> None:
         super().__init__(convert_charrefs=False)
         self.events: list[tuple[str, int, object]] = []
-        self._line_starts = [0]
-
-    def feed(self, data: str) -> None:
-        self._line_starts += [i + 1 for i, c in enumerate(data) if c == "\n"]
-        super().feed(data)
+        self.line_starts = line_starts
 
     def _add(self, what: str, payload: object = None) -> None:
         line, column = self.getpos()
-        self.events.append((what, self._line_starts[line - 1] + column, payload))
+        self.events.append((what, self.line_starts[line - 1] + column, payload))
 
     def handle_starttag(self, tag, attrs):
         self._add("start", (tag, dict(attrs)))
@@ -149,8 +148,8 @@ class _EventParser(HTMLParser):
 class _Builder:
     """Turns the parser's events into a ``Markup``, checking the balance on the way."""
 
-    def __init__(self, source: str, kind: str) -> None:
-        self.source, self.xml = source, kind == "xml"
+    def __init__(self, source: str, kind: str, line_starts: list[int]) -> None:
+        self.source, self.xml, self.line_starts = source, kind == "xml", line_starts
         self.plain: list[str] = []
         self.spans: list[tuple[int, int]] = []
         self.elements: list[Element] = []
@@ -165,10 +164,11 @@ class _Builder:
         if self.open:
             e = self.elements[self.open[-1]]
             raise MarkupError(e.line, f"<{e.name}> is never closed")
-        return Markup(self.source, "".join(self.plain), self.spans, self.elements)
+        plain = "".join(self.plain)
+        return Markup(self.source, plain, self.spans, self.elements, self.line_starts)
 
     def _line(self, at: int) -> int:
-        return self.source.count("\n", 0, at) + 1
+        return bisect_right(self.line_starts, at)
 
     def _text(self, chars: str, spans: list[tuple[int, int]]) -> None:
         if not self.hidden:
