@@ -401,7 +401,7 @@ def test_jsonl_with_markup_has_the_tags_and_the_plain_text(numbers_model, tmp_pa
     assert " ".join(w["word"] for w in records[0]["words"]) == records[0]["plain_text"]
     assert tags(records[0]["text"]) == tags(PAGE[0]) and "alignment" not in records[0]
     done = cli_main("translate", str(numbers_model), "--markup", "html", "--output_format",
-                    "jsonl", "--decode.alignment", "-i", page, "--device", "cpu")  # fmt: skip
+                    "jsonl", "-i", page, "--device", "cpu", "--decode.alignment")  # fmt: skip
     assert "alignment" in json.loads(done.stdout.splitlines()[0])
 
 
@@ -415,7 +415,7 @@ def test_jsonl_with_markup_has_the_tags_and_the_plain_text(numbers_model, tmp_pa
         (["one.", "", "two <b>three.", "", "four</b> five."], ["--document"],
          "page.html: line 3: <b> holds part of a paragraph"),
         (["a &nbsp; b"], ["--markup", "xml"], "page.html: line 1: &nbsp; is not an XML entity"),
-        (["one"], ["--decode.alignment"], "alignment: a marked-up text has no place"),
+        (["one"], ["--decode.alignment", "true"], "alignment: a marked-up text has no place"),
         (["one"], ["--decode.nbest", "2"], "nbest 2"),
     ],
 )  # fmt: skip
