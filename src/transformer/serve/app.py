@@ -165,7 +165,8 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
             served.engine, sentences, decode, body.prefix, bool(body.document), jsonl,
             body.flag_below, lambda job: _answer(served, job, request),
             lambda parts, search: served.batcher.translate(parts, search, body.prefix),
-            served.batcher.call, lambda parts: _check_search(served, parts, body.prefix, decode),
+            served.batcher.call,
+            lambda parts, search: _check_search(served, parts, body.prefix, search),
             markup,
         )  # fmt: skip
         return TranslateResponse(translations=[SentenceTranslation(**f) for f in found],

@@ -49,20 +49,22 @@ async def translate_texts_request(
     queue: Callable[[Callable[[], Future]], Awaitable[Any]],
     translate_job: Callable[[list[str], DecodeConfig], Future],
     call_job: Callable[[Callable[[], Any]], Future],
-    check_cost: Callable[[list[str]], None],
+    check_cost: Callable[[list[str], DecodeConfig], None],
     markup: str = "text",
 ) -> tuple[list[dict], int]:
     """The texts translated (``put_back``) as dicts of SentenceTranslation's fields, and the
     batch's sentence count. ``queue(job)`` waits for a job (app.py's ``answer``);
-    ``translate_job(parts, search)`` and ``call_job(function)`` make one (the batcher's)."""
+    ``translate_job(parts, search)`` and ``call_job(function)`` make one (the batcher's);
+    ``check_cost(parts, search)`` refuses what is over the server's budget."""
     check_request(decode, document, jsonl, flag_below is not None, prefixes, markup)
     try:
         p = plan_for(engine, texts, document, markup)
     except MarkupError as error:
         raise ApiError(422, "invalid_request", f"sentences.{error.text}: line {error.line}: "
                        f"{error.reason}") from None  # fmt: skip
-    check_cost(p.parts)
-    batched = await queue(lambda: translate_job(p.parts, aligned(p, decode)))
+    search = aligned(p, decode)  # markup asks for alignments, and they cost a pass
+    check_cost(p.parts, search)
+    batched = await queue(lambda: translate_job(p.parts, search))
     found = None
     if jsonl or flag_below is not None:
         tokens = [o[0].tokens if o else [] for o in batched.result.nbest]
