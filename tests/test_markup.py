@@ -118,6 +118,7 @@ LINES = [
     "  leading and trailing space  ",
     "<b>all of it</b>",
     "Tom &amp; Jerry &lt;3 <i>caf&eacute;</i> <!-- a note --> end",
+    "Hi <script>if (a < b) { x('</p>') }</script> there <style>p > b { }</style> <B>you</B>",
     "",
     "<hr/>",
 ]
