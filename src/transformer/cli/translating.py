@@ -37,6 +37,9 @@ def translate_options(p: ArgumentParser) -> None:
                    "the log-probability and each word's probability")  # fmt: skip
     p.add_argument("--flag_below", type=float, help="mark the words less likely than this "
                    "probability as [[word]] in the text")  # fmt: skip
+    p.add_argument("--markup", default="text", choices=["text", "html", "xml"],
+                   help="html or xml: each line (or the --document) is marked up; its tags are "
+                   "put back around the words they belong to (docs/translating.md)")  # fmt: skip
     p.add_argument("--glossary", help="terms to enforce, source<TAB>target one a line: a "
                    "sentence containing a source term gets its target term (constrained beam "
                    "search; a beam of 1 too); torch engine only")  # fmt: skip
@@ -56,16 +59,17 @@ def translate_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     if ns.flag_below is not None:
         check_threshold(ns.flag_below)  # before the model is loaded
     glossary = _glossary(ns.glossary, ns.engine)
-    texts = ns.document or ns.output_format == "jsonl" or ns.flag_below is not None
+    texts = (ns.document or ns.output_format == "jsonl" or ns.flag_below is not None
+             or ns.markup != "text")  # fmt: skip
     if texts and glossary is not None:
         raise UserError("--glossary goes with plain lines, not with --document, "
-                        "--output_format jsonl or --flag_below")  # fmt: skip
+                        "--output_format jsonl, --flag_below or --markup")  # fmt: skip
     engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
                          **given.get("decode", {}))  # fmt: skip
     if texts:
         translate_texts_file(engine, source, output, stdin, stdout, _warn("translate"),
                              ns.document, ns.output_format == "jsonl", ns.flag_below,
-                             ns.prefix)  # fmt: skip
+                             ns.prefix, ns.markup)  # fmt: skip
         return
     translate_file(engine, source, output, stdin, stdout, _warn("translate"), ns.prefix, glossary)
 

@@ -11,6 +11,11 @@ line it is on), then translated, then written: to a file only once complete
   ``log_prob``, ``words`` (each ``word`` with its ``prob``), ``alignment`` when asked;
 - jsonl, ``--document``: one object per paragraph: ``paragraph``, ``line``, ``source``,
   ``text`` and its ``sentences``, each as above (with ``split`` when it was too long).
+
+With ``--markup html`` (or ``xml``) each line, or the document, is marked up: ``source`` and
+``text`` have their tags, and ``plain_source`` and ``plain_text`` are what the model read and
+wrote (what ``words`` and ``alignment`` count). Markup that cannot be kept is one line naming
+the file and the line, before anything is translated.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from ..errors import UserError
 from ..files import atomic_write
 from .confidence import check_threshold
 from .engine import Engine
+from .markup import MarkupError, parse_markup
 from .texts import TextsResult, check_options, record, translate_texts
 
 CHUNK = 2000  # lines translated at once without --document (bounded memory)
@@ -41,12 +47,13 @@ def translate_texts_file(
     jsonl: bool,
     flag_below: float | None,
     prefix: str | None = None,
+    markup: str = "text",
 ) -> int:
     """Translates ``input`` (or ``stdin``) into ``output`` (or ``stdout``) as the module
     docstring says; returns the number of input lines."""
     if flag_below is not None:
         check_threshold(flag_below)
-    check_options(engine.decode, document, jsonl, flag_below is not None)
+    check_options(engine.decode, document, jsonl, flag_below is not None, markup)
     if document and prefix is not None:
         raise UserError("--prefix goes with lines; a document's sentences are found by the "
                         "segmenter (leave out --prefix or --document)")  # fmt: skip
@@ -56,16 +63,21 @@ def translate_texts_file(
         name = input or "standard input"
         raise UserError(f"--prefix {prefix} has {len(prefixes)} lines but {name} has "
                         f"{len(lines)}; give one prefix per line")  # fmt: skip
+    name = input or "<stdin>"
+    if markup != "text" and not document:  # every line checked before any is translated
+        for number, line in enumerate(lines, 1):
+            _checked(name, number - 1, parse_markup, line, markup)
     out: list[str] = []
     confidence = jsonl or flag_below is not None
     if document:
-        found = translate_texts(engine, ["\n".join(lines)], None, True, confidence, flag_below)
+        found = _checked(name, 0, translate_texts, engine, ["\n".join(lines)], None, True,
+                         confidence, flag_below, None, markup)  # fmt: skip
         _warn_splits(found, engine.config.model.max_positions, warn)
         out = _document_lines(found, jsonl)
     for start in range(0, 0 if document else len(lines), CHUNK):
         chunk = lines[start : start + CHUNK]
         forced = prefixes[start : start + CHUNK] if prefixes is not None else None
-        found = translate_texts(engine, chunk, None, False, confidence, flag_below, forced)
+        found = translate_texts(engine, chunk, None, False, confidence, flag_below, forced, markup)
         for i, t in enumerate(found.texts):
             if t.truncated:
                 warn(f"line {start + i + 1}: longer than the model accepts; translated its "
@@ -79,6 +91,15 @@ def translate_texts_file(
         with atomic_write(output) as f:
             f.write(text)
     return len(lines)
+
+
+def _checked(name: str, before: int, function: Callable, *args: object):
+    """``function(*args)``, its ``MarkupError`` as one line naming the file and the line
+    (``before``: the lines of the file before the text)."""
+    try:
+        return function(*args)
+    except MarkupError as error:
+        raise UserError(f"{name}: line {before + error.line}: {error.reason}") from None
 
 
 def text_lines(input: str | None, stdin: IO[bytes] | None) -> list[str]:

@@ -12,6 +12,10 @@ and of ``document: true`` over HTTP; the command line and the server use its thr
    word alignments shifted to match), the sentences paragraphs, the paragraphs the document
    (``Document.assemble``: order, breaks and leading whitespace as given).
 
+With ``markup`` ("html" or "xml"), each text is marked up: ``plan`` translates its plain text
+(markup_segments.py) with word alignments, and ``put_back`` puts the tags back around the
+target words (tag_placement.py).
+
 ``record`` turns a translated text into the JSON object of ``--output_format jsonl``, which the
 server returns too (serve/records.py).
 """
@@ -19,7 +23,7 @@ server returns too (serve/records.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..config import DecodeConfig
 from ..data.batching import encode_source
@@ -27,6 +31,8 @@ from ..errors import UserError
 from .alignment import pharaoh
 from .confidence import Confidence, Word, check_threshold, confidences, flagged
 from .documents import Document, Fitted, fit, read_document
+from .markup import MARKUPS, MarkupError
+from .markup_segments import Marked, read_marked
 from .translate import Translation, TranslationResult
 
 
@@ -49,6 +55,7 @@ class Plan:
     documents: list[Document] | None  # one per text with ``document``, else None
     fitted: list[list[Fitted]]  # per text, per sentence: its parts
     splits: list[Split]
+    marked: list[Marked] | None = None  # per text with ``markup``: its segments and tags
 
     @property
     def parts(self) -> list[str]:
@@ -63,7 +70,31 @@ def plan(
     it is a document's. A line is left whole: ``translate_with`` cuts it and says so."""
     if not document:
         return Plan(texts, None, [[Fitted([text])] for text in texts], [])
-    documents = [read_document(text, language) for text in texts]
+    return _fitted(texts, [read_document(text, language) for text in texts], pieces, limit)
+
+
+def plan_marked(
+    texts: list[str], markup: str, document: bool, language: str, pieces: Callable[[str], int],
+    limit: int,
+) -> Plan:  # fmt: skip
+    """``plan`` for texts marked up as ``markup``: the sentences are the segments of their plain
+    text (markup_segments.py); a ``MarkupError`` names the text and the line."""
+    marked = []
+    for t, text in enumerate(texts):
+        try:
+            marked.append(read_marked(text, markup, document, language))
+        except MarkupError as error:
+            raise MarkupError(error.line, error.reason, t) from None
+    if not document:
+        lines = [m.segments[0].text if m.segments else "" for m in marked]
+        return Plan(lines, None, [[Fitted([line])] for line in lines], [], marked)
+    p = _fitted(texts, [m.document() for m in marked], pieces, limit)
+    return replace(p, marked=marked)
+
+
+def _fitted(
+    texts: list[str], documents: list[Document], pieces: Callable[[str], int], limit: int
+) -> Plan:
     fitted, splits = [], []
     for t, doc in enumerate(documents):
         fitted.append([fit(s.text, pieces, limit) for s in doc.sentences])
@@ -82,6 +113,7 @@ class SentenceOut:
     confidence: Confidence | None = None
     alignment: list[tuple[int, int]] | None = None
     split: str = ""  # how it was split to fit the model ("": it was not)
+    plain: tuple[str, str] | None = None  # with markup: (source, text) without their tags
 
 
 @dataclass
@@ -97,9 +129,11 @@ def put_back(
     result: TranslationResult,
     found: list[Confidence] | None = None,
     flag_below: float | None = None,
+    alignment: bool = True,
 ) -> list[TextOut]:
     """The parts' translations (``result``, in ``p.parts``'s order, with their confidences
-    ``found`` when scored) as sentences, paragraphs and texts."""
+    ``found`` when scored) as sentences, paragraphs and texts; a marked-up text's with its
+    tags put back (and its word alignments kept only with ``alignment``)."""
     best = [options[0] if options else Translation("", 0.0, []) for options in result.nbest]
     truncated = set(result.truncated)
     outs, k = [], 0
@@ -131,7 +165,31 @@ def put_back(
             source = doc.text[paragraph.start : paragraph.end]
             paragraphs.append((paragraph.line, source, target, mine))
         outs.append(TextOut(doc.assemble([s.text for s in sentences]), sentences, paragraphs))
+    if p.marked is not None:
+        for out, marked in zip(outs, p.marked, strict=True):
+            _mark_up(out, marked, alignment)
     return outs
+
+
+def _mark_up(out: TextOut, marked: Marked, alignment: bool) -> None:
+    """A translated text's sentences, paragraphs and whole with the tags put back; each
+    sentence keeps its plain source and text (what its words and alignment count)."""
+    sentences = out.sentences if marked.segments else []
+    found = marked.put_back([(s.text, s.alignment or []) for s in sentences])
+    for k, s in enumerate(sentences):
+        s.plain = (s.source, s.text)
+        s.source, s.text = marked.source_of(k), found[k]
+    for s in out.sentences:
+        s.alignment = s.alignment if alignment else None
+    out.text = marked.assemble(found)
+    if out.paragraphs is None:  # a line: the line as given, and all of it translated
+        out.sentences[0].source, out.sentences[0].text = marked.markup.source, out.text
+        return
+    for k, members in enumerate(marked.paragraphs):
+        line, _, _, mine = out.paragraphs[k]
+        first, last = members[0], members[-1]
+        out.paragraphs[k] = (line, marked.source_of(first, last), marked.assemble(found, first,
+                             last), mine)  # fmt: skip
 
 
 def _joined_confidence(parts: list[Confidence]) -> Confidence:
@@ -157,15 +215,21 @@ class TextsResult:
     splits: list[Split] = field(default_factory=list)
 
 
-def check_options(decode: DecodeConfig, document: bool, structured: bool, flag: bool) -> None:
+def check_options(
+    decode: DecodeConfig, document: bool, structured: bool, flag: bool, markup: str = "text"
+) -> None:
     """What the text modes cannot do: several translations per sentence, or alignments in a
-    document's text."""
-    if decode.nbest > 1 and (document or structured or flag):
-        raise UserError(f"nbest {decode.nbest}: documents, jsonl and flagged words carry one "
-                        "translation per sentence; leave nbest at 1")  # fmt: skip
-    if document and decode.alignment and not structured:
-        raise UserError("alignment: a document's text has no place for word alignments; ask "
-                        "for output_format jsonl")  # fmt: skip
+    document's or a marked-up text."""
+    if markup not in MARKUPS:
+        raise UserError(f"markup {markup!r}: choose one of {', '.join(MARKUPS)}")
+    marked = markup != "text"
+    if decode.nbest > 1 and (document or structured or flag or marked):
+        raise UserError(f"nbest {decode.nbest}: documents, jsonl, flagged words and markup "
+                        "carry one translation per sentence; leave nbest at 1")  # fmt: skip
+    if (document or marked) and decode.alignment and not structured:
+        what = "a marked-up text" if marked else "a document's text"
+        raise UserError(f"alignment: {what} has no place for word alignments; ask for "
+                        "output_format jsonl")  # fmt: skip
 
 
 def translate_texts(
@@ -176,6 +240,7 @@ def translate_texts(
     confidence: bool = False,
     flag_below: float | None = None,
     prefixes: list[str] | None = None,
+    markup: str = "text",
 ) -> TextsResult:
     """Translates ``texts``: lines, or with ``document`` documents (paragraphs separated by
     blank lines), all their sentences in one batched call of ``engine`` (an ``Engine``).
@@ -185,31 +250,41 @@ def translate_texts(
         confidence: also score each sentence and its words (confidence.py).
         flag_below: mark the words less likely than this as ``[[word]]`` (implies confidence).
         prefixes: one target prefix per text (lines only).
+        markup: "html" or "xml": the texts are marked up, and their tags are put back around
+            the words they belong to (markup.py); "text": plain text.
     """
     d = decode or engine.decode
     if flag_below is not None:
         check_threshold(flag_below, "flag_below")
-    check_options(d, document, confidence, flag_below is not None)
+    check_options(d, document, confidence, flag_below is not None, markup)
     if document and prefixes is not None:
         raise UserError("prefix: a document's sentences are found by the segmenter; prefixes "
                         "go with lines, not documents")  # fmt: skip
-    p = plan_for(engine, texts, document)
-    result = engine.translate(p.parts, d, prefixes)
+    p = plan_for(engine, texts, document, markup)
+    result = engine.translate(p.parts, aligned(p, d), prefixes)
     found = None
     if confidence or flag_below is not None:
         found = confidences(engine, engine.tokenizers, p.parts, _tokens(result))
-    return TextsResult(put_back(p, result, found, flag_below), p.splits)
+    return TextsResult(put_back(p, result, found, flag_below, d.alignment), p.splits)
 
 
-def plan_for(engine, texts: list[str], document: bool) -> Plan:
-    """``plan`` with the engine's source language, tokenizer and length limit."""
+def plan_for(engine, texts: list[str], document: bool, markup: str = "text") -> Plan:
+    """``plan`` (``plan_marked`` with ``markup``) with the engine's source language, tokenizer
+    and length limit."""
     tokenizer = engine.tokenizers.src
 
     def pieces(text: str) -> int:
         return len(encode_source(tokenizer.encode(text)))
 
-    language = engine.config.data.src_lang
-    return plan(texts, document, language, pieces, engine.config.model.max_positions)
+    language, limit = engine.config.data.src_lang, engine.config.model.max_positions
+    if markup != "text":
+        return plan_marked(texts, markup, document, language, pieces, limit)
+    return plan(texts, document, language, pieces, limit)
+
+
+def aligned(p: Plan, decode: DecodeConfig) -> DecodeConfig:
+    """The search for ``p``: with word alignments for marked-up texts, which need them."""
+    return replace(decode, alignment=True) if p.marked is not None else decode
 
 
 def _tokens(result: TranslationResult) -> list[list[int]]:
@@ -224,6 +299,8 @@ def sentence_record(s: SentenceOut) -> dict:
         out["words"] = [_word(w) for w in s.confidence.words]
     if s.alignment is not None:
         out["alignment"] = pharaoh(s.alignment)
+    if s.plain is not None:  # what the words and the alignment count: the text without tags
+        out["plain_source"], out["plain_text"] = s.plain
     if s.split:
         out["split"] = s.split
     return out

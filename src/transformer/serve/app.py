@@ -155,16 +155,19 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     check_prefixes(served.engine, served.max_positions, body.prefix, len(sentences))
     decode = search(served.default, **search_options(body))
     glossary = glossary_of(body.glossary, served.engine, decode)
-    if body.document or body.output_format == "jsonl" or body.flag_below is not None:
+    markup = body.markup or "text"
+    jsonl = body.output_format == "jsonl"
+    if body.document or jsonl or body.flag_below is not None or markup != "text":
         if glossary is not None:
             raise ApiError(422, "invalid_request", "glossary: goes with plain sentences, not "
-                           "with document, output_format jsonl or flag_below")  # fmt: skip
+                           "with document, output_format jsonl, flag_below or markup")  # fmt: skip
         found, together = await translate_texts_request(
-            served.engine, sentences, decode, body.prefix, bool(body.document),
-            body.output_format == "jsonl", body.flag_below,
-            lambda job: _answer(served, job, request),
-            lambda parts: served.batcher.translate(parts, decode, body.prefix),
-            served.batcher.call, lambda parts: _check_search(served, parts, body.prefix, decode),
+            served.engine, sentences, decode, body.prefix, bool(body.document), jsonl,
+            body.flag_below, lambda job: _answer(served, job, request),
+            lambda parts, search: served.batcher.translate(parts, search, body.prefix),
+            served.batcher.call,
+            lambda parts, search: _check_search(served, parts, body.prefix, search),
+            markup,
         )  # fmt: skip
         return TranslateResponse(translations=[SentenceTranslation(**f) for f in found],
                                  time_ms=(time.perf_counter() - start) * 1000,

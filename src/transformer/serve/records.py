@@ -13,6 +13,9 @@ class WordProb(BaseModel):
     prob: float = Field(description="P(its pieces | the source and the words before it)")
 
 
+PLAIN_TEXT = "with markup: the translation without its tags (what `words` and `alignment` count)"
+
+
 class SentenceRecord(BaseModel):
     source: str = Field(description="the sentence as the model read it")
     text: str
@@ -21,6 +24,9 @@ class SentenceRecord(BaseModel):
     words: list[WordProb] | None = None
     alignment: str | None = None
     split: str | None = Field(None, description="how a sentence too long for the model was split")
+    plain_source: str | None = Field(None, description="with markup: the source without its "
+                                     "tags, as the model read it")  # fmt: skip
+    plain_text: str | None = Field(None, description=PLAIN_TEXT)
 
 
 class ParagraphRecord(BaseModel):

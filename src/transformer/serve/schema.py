@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..config import DecodeConfig
 from ..config.checks import range_of
 from .config import ServeConfig
-from .records import PARAGRAPHS, WORDS, ParagraphRecord, WordProb
+from .records import PARAGRAPHS, PLAIN_TEXT, WORDS, ParagraphRecord, WordProb
 
 STRICT = ConfigDict(strict=True, extra="forbid")
 MAX_TERMS = 1000  # glossary terms per request
@@ -57,6 +57,7 @@ class SentenceTranslation(BaseModel):
                                    "translation + </s> | source)")  # fmt: skip
     words: list[WordProb] | None = Field(None, description=WORDS)
     paragraphs: list[ParagraphRecord] | None = Field(None, description=PARAGRAPHS)
+    plain_text: str | None = Field(None, description=PLAIN_TEXT)
 
 
 class TranslateResponse(BaseModel):
@@ -184,6 +185,10 @@ class TranslateRequest(BeamSearchOptions):
     output_format: Literal["text", "jsonl"] | None = Field(
         None, description="jsonl: also each sentence's log-probability and its words' "
         "probabilities (and a document's paragraphs), as `translate --output_format jsonl`"
+    )  # fmt: skip
+    markup: Literal["text", "html", "xml"] | None = Field(
+        None, description="html or xml: each of `sentences` is marked up; its tags are put back "
+        "around the words they belong to, as `translate --markup`"
     )  # fmt: skip
     flag_below: float | None = Field(None, gt=0, le=1, allow_inf_nan=False,
                                      description="mark the words less likely than this as "

@@ -1,5 +1,6 @@
-"""/translate with ``document``, ``output_format: jsonl`` or ``flag_below``: the fields of
-``translate --document --output_format jsonl --flag_below P`` over HTTP (inference/texts.py).
+"""/translate with ``document``, ``output_format: jsonl``, ``flag_below`` or ``markup``: the
+fields of ``translate --document --output_format jsonl --flag_below P --markup html`` over HTTP
+(inference/texts.py).
 
 Each of the request's ``sentences`` is then a text: a line, or with ``document`` a document
 whose paragraphs are separated by blank lines. All their sentences go to the batcher as one job;
@@ -20,15 +21,16 @@ from ..config import DecodeConfig
 from ..errors import UserError
 from ..inference.confidence import confidences
 from ..inference.engine import Engine
-from ..inference.texts import TextOut, check_options, plan_for, put_back, record
+from ..inference.markup import MarkupError
+from ..inference.texts import TextOut, aligned, check_options, plan_for, put_back, record
 from .errors import ApiError
 
 
 def check_request(decode: DecodeConfig, document: bool, jsonl: bool, flag: bool,
-                  prefixes: list[str] | None) -> None:  # fmt: skip
+                  prefixes: list[str] | None, markup: str = "text") -> None:  # fmt: skip
     """422 for what the text modes cannot do."""
     try:
-        check_options(decode, document, jsonl, flag)
+        check_options(decode, document, jsonl, flag, markup)
     except UserError as error:
         raise ApiError(422, "invalid_request", str(error)) from None
     if document and prefixes is not None:
@@ -45,23 +47,30 @@ async def translate_texts_request(
     jsonl: bool,
     flag_below: float | None,
     queue: Callable[[Callable[[], Future]], Awaitable[Any]],
-    translate_job: Callable[[list[str]], Future],
+    translate_job: Callable[[list[str], DecodeConfig], Future],
     call_job: Callable[[Callable[[], Any]], Future],
-    check_cost: Callable[[list[str]], None],
+    check_cost: Callable[[list[str], DecodeConfig], None],
+    markup: str = "text",
 ) -> tuple[list[dict], int]:
     """The texts translated (``put_back``) as dicts of SentenceTranslation's fields, and the
     batch's sentence count. ``queue(job)`` waits for a job (app.py's ``answer``);
-    ``translate_job(parts)`` and ``call_job(function)`` make one (the batcher's)."""
-    check_request(decode, document, jsonl, flag_below is not None, prefixes)
-    p = plan_for(engine, texts, document)
-    check_cost(p.parts)
-    batched = await queue(lambda: translate_job(p.parts))
+    ``translate_job(parts, search)`` and ``call_job(function)`` make one (the batcher's);
+    ``check_cost(parts, search)`` refuses what is over the server's budget."""
+    check_request(decode, document, jsonl, flag_below is not None, prefixes, markup)
+    try:
+        p = plan_for(engine, texts, document, markup)
+    except MarkupError as error:
+        raise ApiError(422, "invalid_request", f"sentences.{error.text}: line {error.line}: "
+                       f"{error.reason}") from None  # fmt: skip
+    search = aligned(p, decode)  # markup asks for alignments, and they cost a pass
+    check_cost(p.parts, search)
+    batched = await queue(lambda: translate_job(p.parts, search))
     found = None
     if jsonl or flag_below is not None:
         tokens = [o[0].tokens if o else [] for o in batched.result.nbest]
         found = await queue(lambda: call_job(
             lambda: confidences(engine, engine.tokenizers, p.parts, tokens)))  # fmt: skip
-    outs = put_back(p, batched.result, found, flag_below)
+    outs = put_back(p, batched.result, found, flag_below, decode.alignment)
     return [_fields(t, jsonl) for t in outs], batched.batch_sentences
 
 
@@ -71,6 +80,8 @@ def _fields(t: TextOut, jsonl: bool) -> dict:
     fields: dict = {"text": t.text, "score": score, "truncated": t.truncated,
                     "alignment": first.get("alignment") if first else None}  # fmt: skip
     fields["nbest"] = [{"text": t.text, "score": score, "alignment": fields["alignment"]}]
+    if first is not None:
+        fields["plain_text"] = first.get("plain_text")
     if jsonl and first is not None:
         fields["log_prob"], fields["words"] = first.get("log_prob"), first.get("words")
     elif jsonl:

@@ -1,0 +1,221 @@
+"""Inline markup, third part: a segment's tags put back around the target words that their source
+words align to (the hard word alignment of ``alignment.py``, one source word per target word).
+
+The rules, each chosen so that the output is well-formed and holds every tag exactly once:
+
+- **Words**: a target word takes the tags of the source word it is aligned to; an element's
+  target words are those aligned to any of its source words.
+- **One span per element**: an element wraps the longest run of adjacent target words among
+  its target words (the first, when two runs are as long); its other target words, if the
+  translation put them apart, go without it. A tag is never repeated. Two elements that are not
+  nested in the source share no target word, so their runs never overlap; a child's run lies
+  inside its parent's words, so it nests in the parent's run or lies outside it. Either way the
+  tags nest properly.
+- **No target word**: an element none of whose source words got a target word (the model left
+  them out) wraps the one target word aligned to the nearest source word that has one.
+- **Crossing**: runs can cross only when tags split a word (``<b>x y</b><i>z</i>`` where
+  ``yz`` is one word); the later element then wraps only the first word of its run.
+- **Kept as written** (void elements, comments, ``<code>``...: ``Atom``): placed after the
+  target word aligned to the source word before it (before the first word when none is), at the
+  depth of tags there that matches the elements it was inside in the source.
+
+Spans nest as the tags are written: at a word, the longer span opens first (the element that
+comes first in the source, when two are as long), and spans close innermost first.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from html import escape
+
+
+@dataclass
+class Inline:
+    """An element inline in a segment: its tags as written, the source words it covers."""
+
+    open: str
+    close: str
+    words: list[int]  # the segment's source words it covers, in order (at least one)
+    ancestors: frozenset[int]  # the inline elements around it in the source (their indices)
+    lead: str = ""  # punctuation of its first word before its start tag: "(" of "(<b>x</b>"
+    trail: str = ""  # punctuation of its last word after its end tag: "." of "<b>x</b>."
+
+
+@dataclass
+class Atom:
+    """Something kept as written, placed between words: a void element, a comment, code."""
+
+    text: str
+    after: int  # the source word before it (-1: none)
+    ancestors: frozenset[int]  # the inline elements around it in the source
+    space_before: bool = False  # it stood apart from the text before it ("run <code>")
+    space_after: bool = False
+
+
+def place_tags(
+    target: list[str], alignment: list[tuple[int, int]], inline: list[Inline], atoms: list[Atom]
+) -> str:
+    """The target words joined by spaces (``<``, ``>``, ``&`` escaped) with every tag of
+    ``inline`` and every ``atoms`` put back once, as the module docstring says.
+
+    Args:
+        target: the translation's words.
+        alignment: (source word, target word) links, one per target word.
+        inline: the segment's inline elements, in the order of their start tags.
+        atoms: what is kept as written, in source order.
+    """
+    source_of = {j: i for i, j in alignment if 0 <= j < len(target)}
+    targets_of: dict[int, list[int]] = defaultdict(list)
+    for j in sorted(source_of):
+        targets_of[source_of[j]].append(j)
+    spans = element_spans(len(target), source_of, targets_of, inline)
+    at: dict[int, list[Atom]] = defaultdict(list)
+    for atom in atoms:
+        at[_boundary(atom.after, targets_of)].append(atom)
+    return _written(target, spans, inline, at)
+
+
+def element_spans(
+    n: int, source_of: dict[int, int], targets_of: dict[int, list[int]], inline: list[Inline]
+) -> list[tuple[int, int] | None]:
+    """Each element's target words as (first, last), inclusive; None when there are no target
+    words at all."""
+    spans: list[tuple[int, int] | None] = []
+    for element in inline:
+        mine = set(element.words)
+        covered = [j for j in range(n) if source_of.get(j) in mine]
+        span = _longest_run(covered) if covered else _nearest(element.words, targets_of)
+        if span is not None and any(_cross(span, other) for other in spans if other):
+            span = (span[0], span[0])  # one word never crosses a span
+        spans.append(span)
+    return spans
+
+
+def _longest_run(covered: list[int]) -> tuple[int, int]:
+    """The longest run of consecutive numbers in sorted ``covered`` (the first of equals)."""
+    best = start = covered[0]
+    best_end = previous = start
+    for j in covered[1:] + [None]:
+        if j is not None and j == previous + 1:
+            previous = j
+            continue
+        if previous - start > best_end - best:
+            best, best_end = start, previous
+        if j is not None:
+            start = previous = j
+    return best, best_end
+
+
+def _nearest(words: list[int], targets_of: dict[int, list[int]]) -> tuple[int, int] | None:
+    """One target word for an element whose source words got none: the one aligned to the
+    nearest source word that has one (before it, on a tie)."""
+    if not targets_of:
+        return None
+    low, high = words[0], words[-1]
+
+    def distance(i: int) -> tuple[int, int]:
+        return (low - i, 0) if i < low else (i - high, 1)
+
+    source = min(targets_of, key=distance)
+    j = targets_of[source][-1] if source < low else targets_of[source][0]
+    return j, j
+
+
+def _cross(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether two spans overlap without one holding the other."""
+    overlap = a[0] <= b[1] and b[0] <= a[1]
+    nested = (a[0] <= b[0] and b[1] <= a[1]) or (b[0] <= a[0] and a[1] <= b[1])
+    return overlap and not nested
+
+
+def _boundary(after: int, targets_of: dict[int, list[int]]) -> int:
+    """The target word an atom goes after: the last one aligned to the source word before it,
+    or to the nearest source word before that which has one; -1 (before the first) if none."""
+    for i in range(after, -1, -1):
+        if targets_of.get(i):
+            return targets_of[i][-1]
+    return -1
+
+
+def _written(
+    target: list[str], spans: list[tuple[int, int] | None], inline: list[Inline],
+    atoms_at: dict[int, list[Atom]],
+) -> str:  # fmt: skip
+    """The words with the tags opened and closed around them, and the atoms in between."""
+    opening: dict[int, list[int]] = defaultdict(list)
+    for k, span in enumerate(spans):
+        if span is not None:
+            opening[span[0]].append(k)
+    for ks in opening.values():
+        ks.sort(key=lambda k: (-spans[k][1], k))  # type: ignore[index]  # outer span first
+    # with no target word at all, an element is written empty, where the translation starts
+    out = [inline[k].open + inline[k].close for k, span in enumerate(spans) if span is None]
+    stack: list[int] = []
+    pos = 0  # how much of the current word is written (its punctuation before a tag)
+    for b in range(-1, len(target)):  # the boundary after word b (-1: before the first)
+        word = target[b] if b >= 0 else ""
+        ends = [k for k in reversed(stack) if spans[k][1] == b]  # type: ignore[index]
+        if stack[len(stack) - len(ends) :] != ends[::-1]:
+            raise AssertionError("spans that cross: element_spans keeps them nested")
+        starts = opening.get(b + 1, [])
+        points: dict[int, list[Atom]] = defaultdict(list)
+        for atom in atoms_at.get(b, []):
+            points[_best_point(stack, ends + starts, len(ends), atom.ancestors)].append(atom)
+        cuts, at = [], pos
+        for k in ends:  # innermost first; an outer element ends no earlier than an inner one
+            at = max(at, len(word) - len(_kept(word, inline[k].trail, str.endswith)))
+            cuts.append(at)
+        for p, cut in enumerate([*cuts, len(word)]):
+            out.append(escape(word[pos:cut], quote=False))
+            out += _spaced(points.get(p, []), out, b == -1 and len(target) > 0)
+            pos = cut
+            if p < len(ends):
+                out.append(inline[stack.pop()].close)
+        if 0 <= b < len(target) - 1:
+            out.append(" ")
+        following, pos = target[b + 1] if b + 1 < len(target) else "", 0
+        for p, k in enumerate(starts, len(ends)):  # outermost first, each after its punctuation
+            if p > len(ends):
+                out += _spaced(points.get(p, []), out, True)
+            at = max(pos, len(_kept(following, inline[k].lead, str.startswith)))
+            out += [escape(following[pos:at], quote=False), inline[k].open]
+            pos = at
+            stack.append(k)
+        if starts:
+            out += _spaced(points.get(len(ends) + len(starts), []), out, True)
+    return "".join(out)
+
+
+def _spaced(atoms: list[Atom], out: list[str], word_next: bool) -> list[str]:
+    """The atoms' texts, each with the space it had before it (unless the text written so far
+    ends in one), and with the space it had after it when a word comes next."""
+    found: list[str] = []
+    for atom in atoms:
+        written = "".join(out[-1:] + found[-1:])
+        before = " " if atom.space_before and written and not written.endswith(" ") else ""
+        found.append(before + atom.text + (" " if atom.space_after and word_next else ""))
+    return found
+
+
+def _kept(word: str, punctuation: str, has: Callable[[str, str], bool]) -> str:
+    """``punctuation`` if ``word`` has it at that end (and more besides), else ""."""
+    return punctuation if punctuation and len(word) > len(punctuation) and has(word, punctuation) \
+        else ""  # fmt: skip
+
+
+def _best_point(stack: list[int], events: list[int], closing: int, ancestors: frozenset) -> int:
+    """Where among a boundary's end and start tags an atom goes: where the open elements are
+    most like the ones it was inside in the source (the first such place)."""
+    open_now = set(stack)
+    best, best_score = 0, None
+    for p in range(len(events) + 1):
+        score = len(open_now & ancestors) - len(open_now - ancestors)
+        if best_score is None or score > best_score:
+            best, best_score = p, score
+        if p < closing:
+            open_now.discard(events[p])
+        elif p < len(events):
+            open_now.add(events[p])
+    return best
