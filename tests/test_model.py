@@ -146,3 +146,38 @@ def test_presets():
     assert (big.d_model, big.n_heads, big.d_ff) == (1024, 16, 4096)
     with pytest.raises(ValueError, match="unknown model preset"):
         ModelConfig.preset("huge")
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_dropout_drops_p_of_every_element_position_and_keeps_the_expectation(p):
+    from transformer.model.layers import Dropout
+
+    torch.manual_seed(0)
+    dropout = Dropout(p).train()
+    x = torch.ones(1000, 4001)  # an odd count: the last random word is cut
+    y = dropout(x)
+    dropped = y == 0
+    # Each of the four elements a random word feeds drops with probability p (a lane whose
+    # bits were not all random would drop half or none).
+    for lane in range(4):
+        assert dropped.view(-1)[lane::4].float().mean().item() == pytest.approx(p, abs=0.003)
+    kept = y[~dropped]
+    assert torch.all(kept == kept[0]) and kept[0].item() == pytest.approx(1 / (1 - p), rel=1e-3)
+    assert y.mean().item() == pytest.approx(1.0, abs=0.004)  # the expectation stays x
+    torch.manual_seed(0)
+    assert torch.equal(dropout(x), y)  # the seed decides, as torch's dropout
+
+
+def test_dropout_gradient_is_its_mask_and_eval_is_the_identity():
+    from transformer.model.layers import Dropout
+
+    dropout = Dropout(0.2).train()
+    x = torch.randn(64, 33, requires_grad=True)
+    y = dropout(x)
+    y.sum().backward()
+    assert torch.allclose(x.grad, (y / x).detach())  # dy/dx = the mask (0 or 1 / keep)
+    assert len(x.grad.unique()) == 2
+    dropout.eval()
+    assert torch.equal(dropout(x), x)
+    assert torch.equal(Dropout(0.0).train()(x), x)
+    assert torch.equal(Dropout(1.0).train()(x), torch.zeros_like(x))

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from .attention import MultiHeadAttention
 from .cache import DecoderCache, LayerCache
-from .layers import FeedForward, LayerNorm
+from .layers import Dropout, FeedForward, LayerNorm
 
 
 @dataclass
@@ -48,7 +48,7 @@ class DecoderLayer(nn.Module):
             d_model, config.d_ff, config.activation_dropout, config.activation
         )
         self.norm3 = LayerNorm(d_model, eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(
         self,

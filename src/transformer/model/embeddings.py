@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ..vocab import PAD_ID
+from .layers import Dropout
 
 
 class TokenEmbedding(nn.Module):
@@ -120,7 +121,7 @@ class Embeddings(nn.Module):
             self.positions = SinusoidalPositionalEncoding(max_positions, d_model, layout)
         else:
             self.positions = LearnedPositionalEmbedding(max_positions, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         """Ids at positions offset.. (offset > 0 in step-by-step decoding): (B, T) -> (B, T, D)."""

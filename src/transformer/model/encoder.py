@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from .attention import MultiHeadAttention
-from .layers import FeedForward, LayerNorm
+from .layers import Dropout, FeedForward, LayerNorm
 
 
 class EncoderLayer(nn.Module):
@@ -30,7 +30,7 @@ class EncoderLayer(nn.Module):
             config.d_model, config.d_ff, config.activation_dropout, config.activation
         )
         self.norm2 = LayerNorm(config.d_model, config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(
         self, x: Tensor, src_mask: Tensor | None, need_weights: bool = False

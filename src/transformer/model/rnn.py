@@ -23,6 +23,7 @@ from ..errors import UserError
 from ..vocab import PAD_ID
 from .base import AttentionMaps, EncoderDecoder
 from .decoder import DecoderAttention
+from .layers import Dropout
 from .rnn_decoder import RNNDecoder, RNNState
 from .rnn_encoder import RNNEncoder
 
@@ -53,7 +54,7 @@ class RNNEncoderDecoder(EncoderDecoder):
         )
         self.encoder = RNNEncoder(config, src_tokens)
         self.decoder = RNNDecoder(config, tgt_tokens)
-        self.dropout = nn.Dropout(config.rnn_dropout)
+        self.dropout = Dropout(config.rnn_dropout)
         # The output layer: one score (logit) per target-vocabulary word, from the readout.
         self.output = nn.Linear(config.rnn_embedding, config.tgt_vocab_size, bias=False)
         self._init_linear_weights()  # as the Transformer's

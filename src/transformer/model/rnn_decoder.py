@@ -37,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from .layers import Dropout
 from .rnn_attention import AdditiveAttention, MultiplicativeAttention
 from .rnn_encoder import CELLS, final_states
 
@@ -93,7 +94,7 @@ class RNNDecoder(nn.Module):
         self.kind, self.cell = config.rnn_attention, config.rnn_cell
         self.layers, self.hidden_size = L, H
         self.embedding = embedding
-        self.dropout = nn.Dropout(config.rnn_dropout)
+        self.dropout = Dropout(config.rnn_dropout)
         self.bridge = nn.Linear(2 * H, L * H)  # W_s: s_0 from the encoder's final states
         fed = E if self.kind == "luong" else 2 * H  # h̃_{i-1}, or the context c_i
         self.rnn = CELLS[config.rnn_cell](

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..config import ModelConfig
+from .layers import Dropout
 from .masks import padding_mask
 
 CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -30,7 +31,7 @@ class RNNEncoder(nn.Module):
     def __init__(self, config: ModelConfig, embedding: nn.Embedding) -> None:
         super().__init__()
         self.embedding = embedding
-        self.dropout = nn.Dropout(config.rnn_dropout)
+        self.dropout = Dropout(config.rnn_dropout)
         self.rnn = CELLS[config.rnn_cell](
             config.rnn_embedding,
             config.rnn_hidden,

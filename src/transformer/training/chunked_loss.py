@@ -152,11 +152,13 @@ def linear_label_smoothed_nll(
     """
     hidden = hidden.reshape(-1, hidden.size(-1))  # (N, D)
     target = target.reshape(-1)  # (N,)
+    real = target != ignore_index  # (N,) padding has no loss: its logits are never made
+    hidden, target = hidden[real], target[real]  # (N', D), (N',)
     loss, nll = _LinearLabelSmoothedNll.apply(
         hidden, output.weight, output.bias, target, epsilon, chunk, ignore_index, impossible,
         torch.is_grad_enabled(), loss_and_grad,
     )  # fmt: skip
-    return LossSums(loss=loss, nll=nll, n_tokens=(target != ignore_index).sum())
+    return LossSums(loss=loss, nll=nll, n_tokens=real.sum())
 
 
 class TrainingLoss(nn.Module):
