@@ -70,7 +70,7 @@ from transformer.inference.evaluate import score_translations  # noqa: E402
 from transformer.inference.parallel import DecodeThreads, decode_threads  # noqa: E402
 from transformer.model import Transformer  # noqa: E402
 from transformer.model_dir.checkpoints import load_checkpoint, read_config, resolve_checkpoint
-from transformer.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from transformer.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 
 ENGINES = [
     "torch",
@@ -213,9 +213,16 @@ def _ct2_runner(args: argparse.Namespace, decode: DecodeConfig):
         source = [[f"p{i}" if i > EOS_ID else "</s>" for i in s] for s in sentences]
         size = threads.batch_size(len(sentences), 64)
         results = ct2_model.translate_batch(source, max_batch_size=size, **options)
-        return [[int(p[1:]) for p in r.hypotheses[0]][:STEPS] for r in results]
+        return [[_id(p) for p in r.hypotheses[0]][:STEPS] for r in results]
 
     return run
+
+
+def _id(piece: str) -> int:
+    """The id of one of ``prepare``'s pieces: ``p{id}``, or a special one (a random model may
+    well write ``<unk>``)."""
+    specials = {"<pad>": PAD_ID, "<unk>": UNK_ID, "<s>": BOS_ID, "</s>": EOS_ID}
+    return specials[piece] if piece in specials else int(piece[1:])
 
 
 # --- the whole comparison --------------------------------------------------------------------
@@ -275,7 +282,9 @@ def measure(args: argparse.Namespace, bench: Path, engines: list[str]) -> tuple[
                            "--worker", engine, search]  # fmt: skip
                 for _ in range(RETRIES):
                     before = cpu_probe(args.threads)
-                    done = subprocess.run(command, capture_output=True, text=True, check=True)
+                    done = subprocess.run(command, capture_output=True, text=True)
+                    if done.returncode:
+                        sys.exit(f"{engine} {search} failed:\n{done.stderr[-3000:]}")
                     probe = min(before, cpu_probe(args.threads))
                     top = max(top, before, probe)
                     if probe >= QUIET * top:

@@ -6,15 +6,14 @@ token ever sees a later one). So each decoder layer keeps
 - its masked self-attention keys and values, one step appended per call;
 - its encoder-decoder keys and values, computed once from the encoder output.
 
-How they are stored, for speed (benchmarks/profile_decode.py; docs/speed.md). The self-attention
-keys and values of a layer live in one buffer with room for every position the search may
-reach (the searches say how many; a buffer that is full is replaced by one twice as long),
-written in place: a step copies only its own new keys and values, where ``torch.cat`` copied
-every earlier step again at every step. A beam search's reordering (and the leaving of finished
-sentences) gathers each layer's rows with one ``index_select`` into a spare buffer, which then
-becomes the layer's, and the layer's old one the spare of the next: no new memory per step,
-and one buffer more than the layers have. The attention reads views of the first ``length``
-positions.
+How they are stored, for speed (benchmarks/profile_decode.py; docs/speed.md). The
+self-attention keys and values of a layer live in one buffer, written in place: a step copies
+only its own new keys and values, where ``torch.cat`` copied every earlier step again at every
+step. A buffer that is full is replaced by one twice as long (never longer than the longest
+output the search allows). A beam search's reordering (and the leaving of finished sentences)
+gathers each layer's rows with one ``index_select`` into a spare buffer, which then becomes the
+layer's, and the layer's old one the spare of the next: no new memory per step, and one buffer
+more than the layers have. The attention reads views of the first ``length`` positions.
 
 Shapes: B batch (times beams), H heads, t steps so far, S source length, Dh head width.
 """
@@ -26,16 +25,19 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-FIRST_CAPACITY = 32  # positions a buffer has room for when the longest output is not known
+# Positions a buffer has room for at first: most outputs are shorter, and a buffer sized for
+# the longest allowed one took 3 times the memory for a beam search on Multi30k.
+FIRST_CAPACITY = 32
 
 
 class LayerCache:
     """What one decoder layer has already computed."""
 
-    def __init__(self, capacity: int = 0) -> None:
+    def __init__(self, limit: int = 0) -> None:
         self.length = 0  # positions cached
         self.rows = 0  # batch rows in use: the first ``rows`` of the buffer
-        self.capacity = capacity or FIRST_CAPACITY  # positions the buffer has room for
+        self.limit = limit  # the most positions the search will cache (0: not known)
+        self.capacity = min(limit or FIRST_CAPACITY, FIRST_CAPACITY)  # positions it has room for
         self._kv: Tensor | None = None  # (2, ≥B, H, capacity, Dh): keys, then values
         self._cross: Tensor | None = None  # (2, B, H, S, Dh), set once per source
 
@@ -82,6 +84,8 @@ class LayerCache:
         was too small), holding what the old one held."""
         if self._kv is not None:
             self.capacity = max(needed, 2 * self.capacity)
+            if self.limit:
+                self.capacity = max(needed, min(self.capacity, self.limit))
         grown = like.new_empty(2, max(rows, self.rows), heads, max(self.capacity, needed), d_head)
         if self._kv is not None:
             grown[:, : self.rows, :, : self.length] = self._kv[:, : self.rows, :, : self.length]
@@ -118,7 +122,7 @@ class DecoderCache:
 
     @classmethod
     def empty(cls, n_layers: int, length: int = 0) -> DecoderCache:
-        """``n_layers`` empty caches with room for ``length`` positions (0: they grow)."""
+        """``n_layers`` empty caches for up to ``length`` positions (0: not known)."""
         return cls([LayerCache(length) for _ in range(n_layers)])
 
     @property

@@ -99,8 +99,8 @@ class Transformer(EncoderDecoder):
         return self.decoder(x, memory, tgt_mask, src_mask, cache, need_weights)
 
     def new_cache(self, length: int = 0) -> DecoderCache:
-        """An empty key/value cache for incremental decoding, with room for ``length``
-        positions (0: it grows as needed)."""
+        """An empty key/value cache for incremental decoding of up to ``length`` positions
+        (0: not known); its buffers grow as needed."""
         return DecoderCache.empty(len(self.decoder.layers), length)
 
     @torch.no_grad()
