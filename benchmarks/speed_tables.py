@@ -32,6 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from transformer.config.files import build_config
+from transformer.data.numbers import number_pairs
+
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
 SIZES = ("demo", "small", "opus-mt")
@@ -49,10 +52,6 @@ def run_script(script: str, args: list[str], out: Path) -> str:
 
 def whole_command(demo: Path, rounds: int, work: Path) -> str:
     """The demo's ``transformer translate`` against ``--engine ctranslate2`` on 3,000 numbers."""
-    sys.path.insert(0, str(HERE.parent / "src"))
-    from transformer.config.files import build_config
-    from transformer.data.numbers import number_pairs
-
     config = build_config(json.loads((demo / "config.json").read_text()), str(demo))
     numbers = random.Random(0).sample(range(config.data.numbers_max + 1), 3000)
     source = work / "numbers.en"
