@@ -21,7 +21,17 @@ works reasonably on a trained model:
 - the words: SentencePiece marks a word's first piece with "▁"; a source word's column is the
   sum of its pieces' columns, a target word's row the mean of its pieces' rows, and the source's
   </s> and the target's </s> are left out (as fairseq's ``extract_hard_alignment`` does);
-- hard links: each target word is linked to the source word it attends to most.
+- hard links, symmetrised: each target word j is linked to the source word i with the largest
+  P(i | j) · P(j | i), where P(i | j) is j's row of the word weights normalised over the source
+  words, and P(j | i) is i's column normalised over the target words. The row alone (the source
+  word attended to most, fairseq's and CTranslate2's rule) links an article to the noun after
+  it, which the decoder reads ahead while writing the article ("Ein Junge" -> "A boy": both
+  "A" and "boy" to "Junge"); the column says that "Ein" is read by "A" more than by any other
+  target word. A soft form of aligning each way and intersecting (Och & Ney 2003; SimAlign's
+  "ArgMax", Jalili Sabet et al. 2020). Measured (benchmarks/markup.py, docs/translating.md):
+  on the number-words model's test pairs, 83.1% of target words linked to a source word that
+  they translate, against 79.4% for the row alone; tags of 50 tagged Multi30k sentences around
+  the right words 45 of 59 times against 38, by hand.
 
 Shapes: R hypotheses, H heads, T target steps (tokens + EOS), S source length (pieces + EOS).
 """
@@ -112,7 +122,10 @@ def word_alignment(attention: Tensor, src_pieces: list[str], tgt_pieces: list[st
             from_tgt[w, k] = 1.0
     from_tgt = from_tgt / from_tgt.sum(dim=1, keepdim=True).clamp(min=1.0)
     by_word = from_tgt @ weights @ to_src  # (target words, source words)
-    best = by_word.argmax(dim=1).tolist()
+    tiny = torch.finfo(by_word.dtype).tiny
+    source_given_target = by_word / by_word.sum(dim=1, keepdim=True).clamp(min=tiny)  # P(i | j)
+    target_given_source = by_word / by_word.sum(dim=0, keepdim=True).clamp(min=tiny)  # P(j | i)
+    best = (source_given_target * target_given_source).argmax(dim=1).tolist()
     return [(i, j) for j, i in enumerate(best)]
 
 
