@@ -295,3 +295,19 @@ def test_a_request_glossary_forces_its_terms_and_a_bad_one_is_422(torch_engine):
         assert_error(long, 422, "invalid_request", "glossary.0", "pieces")
         three = client.post("/translate", json={"sentences": ["x"], "glossary": [["a", "b", "c"]]})
         assert three.status_code == 422
+
+
+def test_a_response_names_the_terms_no_room_was_left_for(torch_engine):
+    pytest.importorskip("fastapi")
+    tgt, limit = torch_engine.tokenizers.tgt, torch_engine.model.config.max_positions - 1
+    longest = max(n for n in range(1, limit + 1) if len(tgt.encode("sept " * n)) <= limit)
+    terms = [["one", "sept " * longest], ["two", "huit " * longest]]
+    assert len(tgt.encode("sept " * longest)) + len(tgt.encode("huit " * longest)) > limit
+    with client_for(torch_engine) as client:
+        done = client.post("/translate", json={"sentences": ["four", "one and two"],
+                                               "glossary": terms})  # fmt: skip
+        assert done.status_code == 200, done.text
+        first, second = done.json()["translations"]
+        assert first["missing_terms"] is None
+        assert second["missing_terms"], second  # one of the two terms, or both
+        assert set(second["missing_terms"]) <= {t.strip() for _, t in terms} | {t for _, t in terms}

@@ -185,6 +185,7 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
                    for o in options],
             truncated=i in truncated,
             alignment=_pharaoh(options[0]),
+            missing_terms=batched.result.unmet.get(i),
         )  # fmt: skip
         for i, options in enumerate(batched.result.nbest)
     ]  # fmt: skip

@@ -218,7 +218,8 @@ class Batcher:
         for job in group:
             end = start + len(job.sentences)
             truncated = [i - start for i in result.truncated if start <= i < end]
-            part = TranslationResult(result.nbest[start:end], truncated)
+            unmet = {i - start: terms for i, terms in result.unmet.items() if start <= i < end}
+            part = TranslationResult(result.nbest[start:end], truncated, unmet)
             job.future.set_result(Batched(part, len(sentences)))
             start = end
 

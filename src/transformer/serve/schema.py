@@ -53,6 +53,9 @@ class SentenceTranslation(BaseModel):
     truncated: bool = Field(description="the sentence was longer than the model accepts and "
                             "only its beginning was translated")  # fmt: skip
     alignment: str | None = Field(None, description=ALIGNMENT)
+    missing_terms: list[str] | None = Field(None, description="with a glossary: its target terms "
+                                            "that the translation lacks, the length limit having "
+                                            "left no room for them")  # fmt: skip
     log_prob: float | None = Field(None, description="with output_format jsonl: log P("
                                    "translation + </s> | source)")  # fmt: skip
     words: list[WordProb] | None = Field(None, description=WORDS)
