@@ -15,6 +15,7 @@ import pytest
 
 from transformer.config import DecodeConfig
 from transformer.inference.cost import scoring_cost, translation_cost
+from transformer.inference.glossary import Glossary
 
 from helpers import assert_error, client_for
 
@@ -113,6 +114,20 @@ def test_translate_costs_at_least_what_it_makes_the_model_process(engine, long_p
     measured = served_within_its_count(engine, "/translate", body, cost.tokens)
     if case != "max_len":  # forced to the limit: the count is tight, not a loose bound
         assert measured >= 0.95 * cost.tokens, (measured, cost.tokens)
+
+
+def test_a_glossary_is_counted_with_the_room_its_terms_make(engine, long_prefix):
+    # A request whose own limit is 1 token, with a term that raises it as a prefix would.
+    sentences = ["one"] * 8
+    body = {"sentences": sentences, "beam_size": 4, "max_len_a": 0.0, "max_len_b": 1,
+            "glossary": [["one", long_prefix]]}  # fmt: skip
+    decode, positions = decode_of(engine, body), engine.model.config.max_positions
+    cost = translation_cost(engine.tokenizers, sentences, None, decode, positions,
+                            glossary=Glossary.of(body["glossary"]))  # fmt: skip
+    without = translation_cost(engine.tokenizers, sentences, None, decode, positions)
+    assert cost.longest >= 40 > without.longest
+    measured = served_within_its_count(engine, "/translate", body, cost.tokens)
+    assert measured > without.tokens  # what the budget would have counted without the terms
 
 
 def test_attention_step_through_and_score_cost_at_least_their_work(engine, long_prefix):

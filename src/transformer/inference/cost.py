@@ -6,7 +6,9 @@ sentence's rows: its beam (K), the samples drawn (n, each with its own copy of t
 for greedy search. L is the searches' own limit (``search.length_limits``, the function whose
 value ends their loops): floor(a · source + b), raised to ``min_len`` and to the prefix's
 length, capped at the model's positions - 1. A forced prefix goes through the decoder as the
-first steps of the output, so every row counts it. Word alignments re-run the model once over
+first steps of the output, so every row counts it. A glossary's terms raise the limit as a
+prefix does (``constrained_beam.py``: room for the prefix and the sentence's target terms),
+so they count as prefix tokens here. Word alignments re-run the model once over
 every returned hypothesis (``alignment.py``); /attention and the step-through view re-run it
 over the one translation they show.
 
@@ -28,6 +30,7 @@ import torch
 from ..config import DecodeConfig
 from ..data.batching import encode_source
 from ..data.tokenizer import Tokenizers
+from .glossary import Glossary
 from .search import length_limits
 
 
@@ -83,17 +86,22 @@ def translation_cost(
     decode: DecodeConfig,
     max_positions: int,
     rerun: int = 0,
+    glossary: Glossary | None = None,
 ) -> Cost:
     """``search_cost`` of sentences and prefixes as text, prepared as ``translate_with``
     prepares them: empty sentences are not decoded, a source is cut to ``max_positions``, an
-    empty prefix is none."""
+    empty prefix is none; a sentence's glossary terms (their target pieces) are room the search
+    makes, as a prefix's pieces are."""
     sources, forced = [], []
     for i, sentence in enumerate(sentences):
         if not sentence.strip():
             continue
         sources.append(min(len(encode_source(tokenizers.src.encode(sentence))), max_positions))
         prefix = prefixes[i] if prefixes else ""
-        forced.append(len(tokenizers.tgt.encode(prefix)) if prefix.strip() else 0)
+        room = len(tokenizers.tgt.encode(prefix)) if prefix.strip() else 0
+        if glossary is not None:
+            room += sum(len(tokenizers.tgt.encode(t)) for t in glossary.targets_in(sentence))
+        forced.append(room)
     return search_cost(sources, forced, decode, max_positions, rerun)
 
 

@@ -46,6 +46,7 @@ from ..errors import UserError
 from ..inference.alignment import pharaoh
 from ..inference.cost import Cost, scoring_cost, translation_cost
 from ..inference.engine import Engine, TorchEngine
+from ..inference.glossary import Glossary
 from ..inference.translate import Translation
 from ..inspect.attention import inspect_sentence
 from ..inspect.step_page import PAGE as STEP_PAGE
@@ -172,7 +173,7 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
         return TranslateResponse(translations=[SentenceTranslation(**f) for f in found],
                                  time_ms=(time.perf_counter() - start) * 1000,
                                  batch_sentences=together)  # fmt: skip
-    _check_search(served, sentences, body.prefix, decode)
+    _check_search(served, sentences, body.prefix, decode, glossary=glossary)
     batched = await _answer(
         served, lambda: served.batcher.translate(sentences, decode, body.prefix, glossary), request
     )
@@ -345,10 +346,11 @@ def _check_cost(served: Served, cost: Cost, advice: str) -> None:
 
 
 def _check_search(served: Served, sentences: list[str], prefixes: list[str] | None,
-                  decode: DecodeConfig, rerun: int = 0) -> None:  # fmt: skip
+                  decode: DecodeConfig, rerun: int = 0,
+                  glossary: Glossary | None = None) -> None:  # fmt: skip
     cost = translation_cost(served.engine.tokenizers, sentences, prefixes, decode,
-                            served.max_positions, rerun)  # fmt: skip
-    _check_cost(served, cost, "send fewer sentences or shorter prefixes, or a smaller "
+                            served.max_positions, rerun, glossary)  # fmt: skip
+    _check_cost(served, cost, "send fewer sentences or shorter prefixes or terms, or a smaller "
                 "beam_size, nbest, max_len_b or min_len")  # fmt: skip
 
 
