@@ -48,9 +48,15 @@ from pathlib import Path
 
 import torch
 
+from transformer.config.decode import ALIGNMENT_METHODS
 from transformer.data.batching import encode_source, pad
 from transformer.data.corpora import load_splits
-from transformer.inference.alignment import attach_attention, word_alignment
+from transformer.inference.alignment import (
+    attach_attention,
+    attach_masking,
+    word_alignment,
+    word_of_pieces,
+)
 from transformer.inference.engine import load_torch_engine
 from transformer.inference.search import Hypothesis
 from transformer.inference.texts import translate_texts
@@ -209,12 +215,18 @@ def links_right(engine, pairs: list[tuple[str, str]]) -> tuple[int, int]:
     """Word alignments (``--decode.alignment``'s) of reference pairs of number words: of the
     target words with a counterpart, how many are linked to a source word of the same part."""
     tok, right, total = engine.tokenizers, 0, 0
+
+    def words(ids: list[int]) -> list[int | None]:
+        return word_of_pieces([tok.src.id_to_piece(i) for i in ids])
+
     with torch.inference_mode():
         for source, target in pairs:
             src = encode_source(tok.src.encode(source))
             tgt = tok.tgt.encode(target)
             hypothesis = Hypothesis(tgt, score=0.0, log_prob=0.0)
             attach_attention(engine.model, pad([src], "cpu"), [[hypothesis]])
+            if engine.decode.alignment_method in ("auto", "masking"):  # as markup aligns
+                attach_masking(engine.model, [src], [[hypothesis]], words, 8192, 64)
             src_pieces = [tok.src.id_to_piece(i) for i in src[:-1]]
             tgt_pieces = [tok.tgt.id_to_piece(i) for i in tgt]
             links = word_alignment(hypothesis.attention, src_pieces, tgt_pieces)
@@ -269,6 +281,8 @@ def main() -> None:
     parser.add_argument("--de-en", help="a German -> English model (the multi30k-de page)")
     parser.add_argument("--data", default="../shared/data", help="holds multi30k/ (not fetched)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--alignment_method", default="auto", choices=ALIGNMENT_METHODS,
+                        help="auto: masking (torch), as translate --markup")  # fmt: skip
     parser.add_argument("--out", help="also write the table to this Markdown file")
     parser.add_argument(
         "--outputs",
@@ -278,7 +292,7 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(2)
-    engine = load_torch_engine(args.model, beam_size=4)
+    engine = load_torch_engine(args.model, beam_size=4, alignment_method=args.alignment_method)
     test = load_splits(engine.config.data).test
     numbers = [s for s, _ in test if len(s.split()) >= 3][:50]
     data = Path(args.data)
@@ -286,7 +300,7 @@ def main() -> None:
     pages = {"numbers": (model, engine, numbers, "en"),
              "multi30k": (model, engine, multi30k(data), "en")}  # fmt: skip
     if args.de_en:
-        de_en = load_torch_engine(args.de_en, beam_size=4)
+        de_en = load_torch_engine(args.de_en, beam_size=4, alignment_method=args.alignment_method)
         pages["multi30k-de"] = (Path(args.de_en).name, de_en, multi30k(data, "de"), "de")
     rows = ["| page | model | sentences | tags | tags kept | well-formed sentences "
             "| elements around the right words | seconds |",

@@ -6,9 +6,12 @@ import pytest
 import torch
 
 from transformer.config import RuntimeConfig
+from transformer.data.batching import encode_source
 from transformer.data.corpora import load_splits
+from transformer.errors import UserError
 from transformer.inference.alignment import pharaoh, word_alignment, word_of_pieces
 from transformer.inference.engine import load_torch_engine
+from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
 from helpers import cli, copy_sentences
 
@@ -83,10 +86,72 @@ def test_every_link_is_within_the_word_counts_on_both_engines(numbers_model):
     assert len(same) >= 20 and sum(a == b for a, b in same) >= 0.9 * len(same)
 
 
+def test_masking_weighs_each_source_word_by_the_drop_it_causes(numbers_model):
+    # Recomputed here one masked source at a time with the model's own forward pass: the drop
+    # in each target piece's log-probability when a word's pieces become PAD.
+    engine = load_torch_engine(numbers_model, runtime=RuntimeConfig(device="cpu"), beam_size=2,
+                               nbest=2, alignment=True, alignment_method="masking")  # fmt: skip
+    sentences = ["three hundred and forty two", "twelve", "seven thousand and one"]
+    result = engine.translate(sentences)
+    tokenizers, model = engine.tokenizers, engine.model
+    compared = 0
+    for sentence, nbest in zip(sentences, result.nbest, strict=True):
+        source = encode_source(tokenizers.src.encode(sentence))
+        pieces = [tokenizers.src.id_to_piece(i) for i in source[:-1]]
+        words = word_of_pieces(pieces)
+        for t in nbest:
+            gold = torch.tensor([[*t.tokens, EOS_ID]])
+            tgt_in = torch.tensor([[BOS_ID, *t.tokens]])
+
+            def log_p(src: list[int], gold=gold, tgt_in=tgt_in) -> torch.Tensor:
+                with torch.no_grad():
+                    logits = model(torch.tensor([src]), tgt_in)  # (1, T, V)
+                return logits.log_softmax(-1).gather(2, gold[:, :, None])[0, :, 0]  # (T,)
+
+            full = log_p(source)
+            masked = [[PAD_ID if words[k] == w else x for k, x in enumerate(source[:-1])]
+                      + [EOS_ID] for w in range(len(sentence.split()))]  # fmt: skip
+            drops = torch.stack([(full - log_p(m)).clamp(min=0) for m in masked], dim=1)  # (T, W)
+            weights = _piece_weights(drops, words, len(source))
+            tgt_pieces = [tokenizers.tgt.id_to_piece(i) for i in t.tokens]
+            expected = word_alignment(weights, pieces, tgt_pieces)
+            if (drops.sum(dim=1) > 0).all():  # no row falls back to attention
+                assert t.alignment == expected, (sentence, t.text)
+                compared += 1
+            assert [j for _, j in t.alignment] == list(range(len(t.text.split())))
+    assert compared >= 2
+
+
+def _piece_weights(drops: torch.Tensor, words: list, n_source: int) -> torch.Tensor:
+    """(T, words) -> (T, S): a word's drop shared among its pieces, 0 for </s>."""
+    count = [words.count(w) for w in range(drops.size(1))]
+    weights = torch.zeros(drops.size(0), n_source)
+    for k, w in enumerate(words):
+        if w is not None:
+            weights[:, k] = drops[:, w] / count[w]
+    return weights
+
+
+def test_the_ctranslate2_engine_refuses_masking_alignments(numbers_model, tmp_path, capsys):
+    pytest.importorskip("ctranslate2")
+    from transformer.inference.ctranslate2 import load_ctranslate2
+
+    with pytest.raises(UserError, match="ctranslate2 engine cannot score the model again"):
+        load_ctranslate2(numbers_model, alignment=True, alignment_method="masking")
+    (tmp_path / "in.txt").write_text("twelve\n")
+    out = tmp_path / "out.txt"
+    code, _, err = cli(["translate", str(numbers_model), "-i", str(tmp_path / "in.txt"), "-o",
+                        str(out), "--engine", "ctranslate2", "--alignment",
+                        "--alignment_method", "masking"], capsys)  # fmt: skip
+    assert code == 2 and "alignment_method masking" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
 @pytest.mark.slow
-def test_a_model_trained_to_copy_aligns_on_the_diagonal(copy_model):
+@pytest.mark.parametrize("method", ["attention", "masking"])
+def test_a_model_trained_to_copy_aligns_on_the_diagonal(copy_model, method):
     engine = load_torch_engine(copy_model, runtime=RuntimeConfig(device="cpu"), beam_size=1,
-                               alignment=True)  # fmt: skip
+                               alignment=True, alignment_method=method)  # fmt: skip
     sources = copy_sentences(200, seed=5)  # no word twice: one right alignment
     result = engine.translate(sources)
     copied = [(s, t[0]) for s, t in zip(sources, result.nbest, strict=True) if t[0].text == s]

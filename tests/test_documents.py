@@ -32,6 +32,7 @@ class UpperEngine:
     max_positions: int = 1000
     calls: list[list[str]] = field(default_factory=list)
     decode = DecodeConfig()
+    name = "upper"
 
     def __post_init__(self):
         tokenizer = SimpleNamespace(encode=lambda text: text.split())

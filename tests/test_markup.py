@@ -48,6 +48,7 @@ class WordEngine:
     rewrite: Rewrite = same
     calls: list[list[str]] = field(default_factory=list)
     decode = DecodeConfig()
+    name = "words"  # an engine of its own: alignments as it gives them
 
     def __post_init__(self):
         tokenizer = SimpleNamespace(encode=lambda text: text.split())

@@ -94,6 +94,21 @@ WORST = {  # each option at its worst, with outputs forced to their limit (min_l
     "nbest": {"nbest": 16, "min_len": 47},  # the beam widens to 16
     "sampling": {"sampling": True, "nbest": 16, "min_len": 47},
     "alignment": {"beam_size": 16, "nbest": 16, "alignment": True, "min_len": 47},
+    # and once more per source word, one or four
+    "masking": {
+        "beam_size": 16,
+        "nbest": 16,
+        "alignment": True,
+        "alignment_method": "masking",
+        "min_len": 47,
+    },
+    "masking words": {
+        "beam_size": 16,
+        "nbest": 16,
+        "alignment": True,
+        "alignment_method": "masking",
+        "min_len": 47,
+    },
     # not forced: beam search may stop earlier
     "max_len": {"beam_size": 16, "max_len_a": 0.0, "max_len_b": 47},
     "long source": {"beam_size": 16, "min_len": 47},  # with sources cut to the model's 48 positions
@@ -103,7 +118,10 @@ WORST = {  # each option at its worst, with outputs forced to their limit (min_l
 @pytest.mark.parametrize("case", list(WORST))
 def test_translate_costs_at_least_what_it_makes_the_model_process(engine, long_prefix, case):
     options = WORST[case]
-    sentence = " ".join(["nine hundred ninety nine"] * 20) if case == "long source" else "one"
+    sentence = {
+        "long source": " ".join(["nine hundred ninety nine"] * 20),
+        "masking words": "nine hundred ninety nine",
+    }.get(case, "one")
     body = {"sentences": [sentence] * MANY, **options}
     if case == "prefix":
         body["prefix"] = [long_prefix] * MANY

@@ -111,6 +111,8 @@ def test_the_ctranslate2_engine_serves_what_it_translates(numbers_model, torch_e
         beam = client.post("/translate", json={"sentences": SENTENCES, "beam_size": 3, "nbest": 2})
         info = client.get("/info").json()
         attention = client.post("/attention", json={"sentence": "twelve"})
+        masking = client.post("/translate", json={"sentences": ["twelve"], "alignment": True,
+                                                  "alignment_method": "masking"})  # fmt: skip
     # The search settings of each request reach CTranslate2: what the engine itself gives.
     for response, search in ((greedy, {"beam_size": 1}), (beam, {"beam_size": 3, "nbest": 2})):
         assert response.status_code == 200, response.text
@@ -123,6 +125,7 @@ def test_the_ctranslate2_engine_serves_what_it_translates(numbers_model, torch_e
     assert (info["engine"], info["device"]) == ("ctranslate2", "cpu")
     assert info["parameters"] == sum(p.numel() for p in torch_engine.model.parameters())
     assert_error(attention, 501, "not_implemented", "torch engine", "ctranslate2")
+    assert_error(masking, 422, "invalid_request", "alignment_method", "per source word")
 
 
 def test_serve_engine_ctranslate2_on_an_export(numbers_model, tmp_path, server_process, capsys):

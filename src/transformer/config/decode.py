@@ -15,6 +15,8 @@ from .checks import check_finite, check_ranges, check_types, range_of, ranged
 
 # No output is longer than the model's positions; no model has more than this many.
 LONGEST = 65_536
+# How word alignments are found (inference/alignment.py).
+ALIGNMENT_METHODS = ("auto", "attention", "masking")
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,12 @@ class DecodeConfig:
     """Tokens already in the output have their logit divided by this (multiplied if negative,
     CTRL), in [0.01, 100]; > 1 discourages repeats; 1: off."""
     alignment: bool = False
-    """Also give word alignments (Pharaoh i-j, source-target, 0-based) from attention."""
+    """Also give word alignments (Pharaoh i-j, source-target, 0-based)."""
+    alignment_method: str = "auto"
+    """How alignments are found: attention (the last layer's encoder-decoder attention: one
+    more pass of the model), masking (each source word masked in turn, the drop in each
+    target word's log-probability: one more pass per source word; torch engine only) or auto
+    (masking to put tags back with the torch engine, attention otherwise)."""
     batch_size: int = ranged(64, 1, LONGEST)
     """Sentences per batch; in [1, 65536]."""
     max_source_tokens: int = ranged(8192, 1, 1 << 24)
@@ -64,6 +71,10 @@ class DecodeConfig:
         check_types(self)
         check_finite(self)
         check_ranges(self)
+        if self.alignment_method not in ALIGNMENT_METHODS:
+            choices = ", ".join(ALIGNMENT_METHODS)
+            raise BadValue(f"DecodeConfig.alignment_method must be one of {choices}, "
+                           f"got {self.alignment_method!r}")  # fmt: skip
         if self.nbest > self.beam_size and not self.sampling:
             raise BadValue(
                 f"DecodeConfig.nbest ({self.nbest}) cannot exceed beam_size ({self.beam_size})"

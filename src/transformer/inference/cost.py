@@ -9,8 +9,9 @@ length, capped at the model's positions - 1. A forced prefix goes through the de
 first steps of the output, so every row counts it. A glossary's terms raise the limit as a
 prefix does (``constrained_beam.py``: room for the prefix and the sentence's target terms),
 so they count as prefix tokens here. Word alignments re-run the model once over
-every returned hypothesis (``alignment.py``); /attention and the step-through view re-run it
-over the one translation they show.
+every returned hypothesis (``alignment.py``), and by masking once more per source word and
+once unmasked (at most the source's length: a word has at least one piece, and </s> is none);
+/attention and the step-through view re-run it over the one translation they show.
 
     cost = Σ over non-empty sentences of
            encoder rows · source + rows · (L + 1) + re-run · (source + L + 1)
@@ -30,6 +31,7 @@ import torch
 from ..config import DecodeConfig
 from ..data.batching import encode_source
 from ..data.tokenizer import Tokenizers
+from .alignment import word_of_pieces
 from .glossary import Glossary
 from .search import length_limits
 
@@ -56,6 +58,7 @@ def search_cost(
     decode: DecodeConfig,
     max_positions: int,
     rerun: int = 0,
+    source_words: list[int] | None = None,
 ) -> Cost:
     """The most tokens a search of these sentences can make the model process (see above).
 
@@ -65,6 +68,8 @@ def search_cost(
         decode: the search (rows, length limit, alignments).
         rerun: hypotheses per sentence the caller re-runs the model over (an attention view: 1);
             with ``decode.alignment``, at least ``nbest``.
+        source_words: each sentence's words, which masking alignments mask one at a time
+            (None: at most one per piece).
     """
     if not source_lengths:
         return Cost(0, 0, 0, decode.rows)
@@ -74,6 +79,10 @@ def search_cost(
     limits = length_limits(src, decode.max_len_a, decode.max_len_b, max_positions, room)  # (B,)
     encoder_rows = decode.nbest if decode.sampling else 1  # sampling repeats the source
     rerun = max(rerun, decode.nbest if decode.alignment else 0)
+    if decode.alignment and decode.alignment_method == "masking":
+        # once more per source word and once unmasked: at most once per source id (pieces + EOS)
+        masked = src if source_words is None else torch.tensor(source_words) + 1  # (B,)
+        rerun = rerun + decode.nbest * masked  # (B,)
     steps = limits + 1  # (B,) the last one forces EOS
     per_sentence = encoder_rows * src + decode.rows * steps + rerun * (src + steps)  # (B,)
     return Cost(int(per_sentence.sum()), len(source_lengths), int(limits.max()), decode.rows)
@@ -92,17 +101,22 @@ def translation_cost(
     prepares them: empty sentences are not decoded, a source is cut to ``max_positions``, an
     empty prefix is none; a sentence's glossary terms (their target pieces) are room the search
     makes, as a prefix's pieces are."""
-    sources, forced = [], []
+    masking = decode.alignment and decode.alignment_method == "masking"
+    sources, forced, words = [], [], []
     for i, sentence in enumerate(sentences):
         if not sentence.strip():
             continue
-        sources.append(min(len(encode_source(tokenizers.src.encode(sentence))), max_positions))
+        ids = tokenizers.src.encode(sentence)[: max_positions - 1]  # the pieces the model reads
+        sources.append(len(encode_source(ids)))  # and EOS
+        if masking:
+            found = word_of_pieces([tokenizers.src.id_to_piece(k) for k in ids])
+            words.append(1 + max((w for w in found if w is not None), default=-1))
         prefix = prefixes[i] if prefixes else ""
         room = len(tokenizers.tgt.encode(prefix)) if prefix.strip() else 0
         if glossary is not None:
             room += sum(len(tokenizers.tgt.encode(t)) for t in glossary.targets_in(sentence))
         forced.append(room)
-    return search_cost(sources, forced, decode, max_positions, rerun)
+    return search_cost(sources, forced, decode, max_positions, rerun, words if masking else None)
 
 
 def scoring_cost(

@@ -23,7 +23,9 @@ How our DecodeConfig maps onto ``translate_batch``:
     a prefix                target_prefix; CTranslate2 leaves the prefix out of the score, so
                             its log-probability (``score_batch``) is added back, as ours counts it
     alignment               return_attention: the export's alignment_layer and alignment_heads
-                            are ours (``export/spec.py``)
+                            are ours (``export/spec.py``); alignment_method masking: refused
+                            (it scores the model again per source word: the torch engine's;
+                            auto is attention here)
     score (score.py)        score_batch: the same log-probability of each target and </s>
 
 Length penalty. CTranslate2 divides a finished hypothesis' log-probability by |Y|^α; we divide by
@@ -74,6 +76,7 @@ from ..model.build import build_model, require_transformer
 from ..model_dir.checkpoints import load_checkpoint
 from ..model_dir.layout import model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
+from .alignment import NO_MASKING
 from .glossary import NO_CONSTRAINED_SEARCH
 from .parallel import DecodeThreads
 from .score import ScoreResult, score_with
@@ -216,6 +219,8 @@ class CTranslate2Engine:
             return [found.get(i, []) for i in range(len(sentences))]
         d = decode or self.decode
         heads = self.config.model.n_heads
+        if d.alignment and d.alignment_method == "masking":
+            raise UserError(f"alignment_method {d.alignment_method}: {NO_MASKING}")
         if d.alignment and self.alignment_heads not in (None, heads):
             raise UserError(f"alignment: this ctranslate2 export averages {self.alignment_heads} "
                             f"of {heads} heads; export the model again for alignments")  # fmt: skip
@@ -308,6 +313,8 @@ def load_ctranslate2(
     per core), on a GPU ``threads`` -> intra_threads; precision fp32 or auto -> the model's
     own type, bf16 / fp16 -> bfloat16 / float16 (int8_bfloat16 / int8_float16 for int8).
     """
+    if search.get("alignment_method") == "masking":
+        raise UserError(f"alignment_method {search['alignment_method']}: {NO_MASKING}")
     ct2 = import_ctranslate2()
     check_threads(runtime.threads)
     check_threads(runtime.inter_threads, "inter_threads")
@@ -332,6 +339,8 @@ def load_ctranslate2(
                 save_model(loaded.model, tokenizers, config, Path(folder), "float32", str(path))
                 model = _ct2_model(ct2, Path(folder), runtime, "float32")  # into memory
     decode = config.decode.with_search(**search)
+    if decode.alignment_method == "masking":  # the run's own decode config
+        raise UserError(f"alignment_method {decode.alignment_method}: {NO_MASKING}")
     tokenizers = tokenizers.for_target_language(decode.target_language)
     # CTranslate2 decodes num_translators batches at once (its inter_threads on a CPU)
     threads = DecodeThreads(inter=model.num_translators) if model.device == "cpu" else None

@@ -32,7 +32,7 @@ from ..data.tokenizer import Tokenizers
 from ..errors import BadValue, UserError
 from ..model.base import EncoderDecoder
 from ..vocab import PAD_ID
-from .alignment import attach_attention, word_alignment
+from .alignment import attach_attention, attach_masking, word_alignment, word_of_pieces
 from .beam import beam_search
 from .constrained_beam import Terms, constrained_beam_search
 from .glossary import Glossary, count_occurrences
@@ -211,8 +211,14 @@ def translate(
         ids: list[list[int]], prefix_ids: list[list[int]] | None, left: Stopped | None,
         terms: Terms | None,
     ) -> list[list[Hypothesis]]:  # fmt: skip
-        return translate_ids(model, ids, decode, prefixes=prefix_ids, stopped=left, terms=terms,
-                             threads=threads)  # fmt: skip
+        found = translate_ids(model, ids, decode, prefixes=prefix_ids, stopped=left, terms=terms,
+                              threads=threads)  # fmt: skip
+        if decode.alignment and decode.alignment_method == "masking":
+            attach_masking(model, ids, found, words, decode.max_source_tokens, decode.batch_size)
+        return found
+
+    def words(source: list[int]) -> list[int | None]:
+        return word_of_pieces([tokenizers.src.id_to_piece(i) for i in source])
 
     return translate_with(search_ids, tokenizers, sentences, model.config.max_positions, decode,
                           prefixes, stopped, glossary)  # fmt: skip

@@ -55,7 +55,7 @@ from .batcher import Batcher, QueueFull, ShuttingDown
 from .config import ServeConfig
 from .errors import INTERNAL, ApiError, add_error_handlers, key_required, statuses
 from .middleware import CLIENT_GONE, AccessLog, BodyLimit, HeadAsGet
-from .requests import check_prefixes, glossary_of, one_beam, search
+from .requests import check_engine_can, check_prefixes, glossary_of, one_beam, search
 from .schema import (
     AttentionRequest,
     AttentionResponse,
@@ -155,6 +155,7 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     request.state.log = _log_fields(sentences, served.config.log_text)
     check_prefixes(served.engine, served.max_positions, body.prefix, len(sentences))
     decode = search(served.default, **search_options(body))
+    check_engine_can(served.engine, decode)
     glossary = glossary_of(body.glossary, served.engine, decode)
     markup = body.markup or "text"
     jsonl = body.output_format == "jsonl"

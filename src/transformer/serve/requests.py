@@ -6,6 +6,7 @@ from pydantic import BaseModel
 
 from ..config import DecodeConfig
 from ..errors import BadValue, UserError
+from ..inference.alignment import NO_MASKING
 from ..inference.engine import Engine
 from ..inference.glossary import NO_CONSTRAINED_SEARCH, Glossary
 from .errors import ApiError
@@ -19,6 +20,12 @@ def search(default: DecodeConfig, **options: object) -> DecodeConfig:
         return default.with_search(**options)
     except BadValue as error:  # e.g. nbest above beam_size, min_len above max_len_b
         raise ApiError(422, "invalid_request", str(error)) from None
+
+
+def check_engine_can(engine: Engine, decode: DecodeConfig) -> None:
+    """422 for a search the engine cannot do: masking alignments on CTranslate2."""
+    if engine.name == "ctranslate2" and decode.alignment_method == "masking":
+        raise ApiError(422, "invalid_request", f"alignment_method: {NO_MASKING}")
 
 
 def one_beam(default: DecodeConfig, body: BaseModel) -> DecodeConfig:

@@ -153,6 +153,9 @@ _DESCRIPTIONS = {
     "no_repeat_ngram": "no n-gram of target pieces twice in a translation; 0: off",
     "repetition_penalty": "tokens already produced have their logit divided by this (CTRL); 1: off",
     "alignment": "also return word alignments",
+    "alignment_method": "how word alignments are found: attention (one more pass of the "
+    "model), masking (each source word masked in turn: one more pass per source word; torch "
+    "engine only) or auto (masking to put tags back with the torch engine, else attention)",
 }
 _FLOAT = {"allow_inf_nan": False}
 
@@ -182,6 +185,9 @@ class TranslateRequest(BeamSearchOptions):
     no_repeat_ngram: int | None = _search_option("no_repeat_ngram")
     repetition_penalty: float | None = _search_option("repetition_penalty", **_FLOAT)
     alignment: bool | None = _search_option("alignment")
+    alignment_method: Literal["auto", "attention", "masking"] | None = _search_option(
+        "alignment_method"
+    )
     document: bool | None = Field(None, description="each of `sentences` is a document: "
                                   "paragraphs (separated by blank lines) split into sentences "
                                   "and put back as given")  # fmt: skip

@@ -62,7 +62,7 @@ async def translate_texts_request(
     except MarkupError as error:
         raise ApiError(422, "invalid_request", f"sentences.{error.text}: line {error.line}: "
                        f"{error.reason}") from None  # fmt: skip
-    search = aligned(p, decode)  # markup asks for alignments, and they cost a pass
+    search = aligned(p, decode, engine.name)  # markup asks for alignments: they cost passes
     check_cost(p.parts, search)
     batched = await queue(lambda: translate_job(p.parts, search))
     found = None
