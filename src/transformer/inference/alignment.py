@@ -108,17 +108,15 @@ def attach_masking(
         of a piece of word w holds drop(w) / the pieces of w, so that a word's columns sum to
         its drop; the EOS column and pieces of no word are 0.
     """
-    masked_src, tgt, owner = [], [], []  # a row per (hypothesis, source word or none)
-    for source, hyps in zip(sources, nbest, strict=True):
-        of_piece = words(source[:-1])
-        n_words = 1 + max((w for w in of_piece if w is not None), default=-1)
+    of_pieces = [words(source[:-1]) for source in sources]  # per sentence: each piece's word
+    masked_src, tgt = [], []  # a row per (hypothesis, source word or none)
+    for source, hyps, of_piece in zip(sources, nbest, of_pieces, strict=True):
         for h in hyps:
-            for w in range(-1, n_words):  # -1: the source as it is
+            for w in range(-1, word_count(of_piece)):  # -1: the source as it is
                 masked = [PAD_ID if w >= 0 and of_piece[k] == w else t
                           for k, t in enumerate(source[:-1])]  # fmt: skip
                 masked_src.append([*masked, source[-1]])
                 tgt.append(h.tokens)
-                owner.append(h)
     if not masked_src:
         return
     log_p: list[Tensor] = [torch.empty(0)] * len(masked_src)  # per row: (T,) gold log-probs
@@ -126,9 +124,8 @@ def attach_masking(
         for r, row in zip(indices, picked.float().cpu(), strict=True):
             log_p[r] = row[: len(tgt[r]) + 1]
     r = 0
-    for source, hyps in zip(sources, nbest, strict=True):
-        of_piece = words(source[:-1])
-        n_words = 1 + max((w for w in of_piece if w is not None), default=-1)
+    for source, hyps, of_piece in zip(sources, nbest, of_pieces, strict=True):
+        n_words = word_count(of_piece)
         pieces_of = torch.bincount(torch.tensor([w for w in of_piece if w is not None],
                                                 dtype=torch.long), minlength=n_words)  # fmt: skip
         for h in hyps:
@@ -177,6 +174,11 @@ def word_of_pieces(pieces: list[str]) -> list[int | None]:
     return words
 
 
+def word_count(words: list[int | None]) -> int:
+    """How many words ``word_of_pieces`` found."""
+    return 1 + max((w for w in words if w is not None), default=-1)
+
+
 def word_alignment(attention: Tensor, src_pieces: list[str], tgt_pieces: list[str]) -> list:
     """Hard word links (i, j) from one hypothesis' attention, one per target word, by j.
 
@@ -186,8 +188,7 @@ def word_alignment(attention: Tensor, src_pieces: list[str], tgt_pieces: list[st
         src_pieces, tgt_pieces: the pieces, without </s>.
     """
     src_words, tgt_words = word_of_pieces(src_pieces), word_of_pieces(tgt_pieces)
-    n_src = 1 + max((w for w in src_words if w is not None), default=-1)
-    n_tgt = 1 + max((w for w in tgt_words if w is not None), default=-1)
+    n_src, n_tgt = word_count(src_words), word_count(tgt_words)
     if not n_src or not n_tgt:
         return []
     weights = attention[: len(tgt_pieces), : len(src_pieces)].float()  # </s> row and column out

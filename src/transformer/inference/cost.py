@@ -31,7 +31,7 @@ import torch
 from ..config import DecodeConfig
 from ..data.batching import encode_source
 from ..data.tokenizer import Tokenizers
-from .alignment import word_of_pieces
+from .alignment import word_count, word_of_pieces
 from .glossary import Glossary
 from .search import length_limits
 
@@ -109,8 +109,7 @@ def translation_cost(
         ids = tokenizers.src.encode(sentence)[: max_positions - 1]  # the pieces the model reads
         sources.append(len(encode_source(ids)))  # and EOS
         if masking:
-            found = word_of_pieces([tokenizers.src.id_to_piece(k) for k in ids])
-            words.append(1 + max((w for w in found if w is not None), default=-1))
+            words.append(word_count(word_of_pieces([tokenizers.src.id_to_piece(k) for k in ids])))
         prefix = prefixes[i] if prefixes else ""
         room = len(tokenizers.tgt.encode(prefix)) if prefix.strip() else 0
         if glossary is not None:
