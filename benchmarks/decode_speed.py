@@ -62,6 +62,17 @@ class HoldBackEos(nn.Module):
         return self.model.log_probs(logits)
 
 
+def hold_back_eos(model: Transformer) -> Transformer:
+    """``HoldBackEos`` in the model itself, for what needs the ``Transformer`` (compiled
+    decoding): EOS's output bias lowered by 1e4 (a bias of zeros added where it has none)."""
+    final = model.output
+    with torch.no_grad():
+        if final.bias is None:
+            final.bias = nn.Parameter(final.weight.new_zeros(final.out_features))
+        final.bias[EOS_ID] -= 1e4
+    return model
+
+
 def build_model(args: argparse.Namespace) -> Transformer:
     config = ModelConfig.preset(args.preset, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab)
     torch.manual_seed(args.seed)

@@ -9,6 +9,8 @@ One run compares, on the same model and the same sentences, greedy search and be
 - ``torch``: our decoder (``translate_ids``) as ``transformer translate`` runs it, with the
   key/value cache and ``runtime.inter_threads``' default (a batch per thread at once,
   inference/parallel.py); ``torch-serial``: one batch at a time on all the threads;
+  ``torch-compiled``: with ``runtime.compile`` (inference/compiled.py: one batch at a time,
+  compiled during the warm-up, whose seconds the table gives);
   ``torch-nocache``: that without the cache;
 - ``ct2-float32`` and ``ct2-int8``: the model exported with ``transformer.export`` and run with
   the ctranslate2 engine's option mapping (patience 2; a batch per thread at once, batches cut
@@ -59,13 +61,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_speed import HoldBackEos, random_sentences  # noqa: E402 (the script's own folder)
+from decode_speed import HoldBackEos, hold_back_eos, random_sentences  # noqa: E402 (own folder)
 from marian import marian_runner  # noqa: E402
 from sizes import SIZES, config_of  # noqa: E402
 
 from transformer.config import DecodeConfig, ModelConfig, RuntimeConfig  # noqa: E402
 from transformer.data.corpora import load_splits  # noqa: E402
 from transformer.inference import translate_ids  # noqa: E402
+from transformer.inference.compiled import compile_decoding  # noqa: E402
 from transformer.inference.evaluate import score_translations  # noqa: E402
 from transformer.inference.parallel import DecodeThreads, decode_threads  # noqa: E402
 from transformer.model import Transformer  # noqa: E402
@@ -74,6 +77,7 @@ from transformer.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 
 ENGINES = [
     "torch",
+    "torch-compiled",
     "torch-serial",
     "torch-nocache",
     "ct2-float32",
@@ -142,7 +146,9 @@ def worker(args: argparse.Namespace) -> dict:
         importlib.import_module(library)  # before the base: the library is not the search
     base = rss_mb()
     run = _runner(args, decode)
-    run(sentences[:WARM_UP])  # lazy initialisations, allocator pools
+    start = time.perf_counter()
+    run(sentences[:WARM_UP])  # lazy initialisations, allocator pools; compiling
+    warm_up = time.perf_counter() - start
     start = time.perf_counter()
     outputs = run(sentences)
     seconds = time.perf_counter() - start
@@ -151,7 +157,7 @@ def worker(args: argparse.Namespace) -> dict:
         assert all(len(o) == STEPS for o in outputs), "every output must have 25 tokens + EOS"
     return {"engine": args.engine, "search": args.search, "seconds": seconds,
             "sentences": len(sentences), "tokens": sum(len(o) + 1 for o in outputs),
-            "peak_mb": peak - base, "outputs": outputs}  # fmt: skip
+            "peak_mb": peak - base, "warm_up": warm_up, "outputs": outputs}  # fmt: skip
 
 
 def _decode(args: argparse.Namespace, beam: int) -> DecodeConfig:
@@ -167,12 +173,18 @@ def _runner(args: argparse.Namespace, decode: DecodeConfig):
     """A function that translates sentences (source ids) and returns the best output ids."""
     if args.engine.startswith("torch"):
         model = torch_model(args)
-        model = HoldBackEos(model) if args.setting == "fixed" else model
+        if args.engine == "torch-compiled":  # the model itself, not a wrapper, is compiled
+            if args.setting == "fixed":
+                hold_back_eos(model)
+            compile_decoding(model)
+        elif args.setting == "fixed":
+            model = HoldBackEos(model)
         cache = args.engine != "torch-nocache"
-        # torch: as `transformer translate` runs, batches at once (parallel.py); the others
-        # one batch at a time on all the threads
-        threads = decode_threads(RuntimeConfig(threads=args.threads), torch.device("cpu"))
-        threads = threads if args.engine == "torch" else DecodeThreads()
+        # torch and torch-compiled: as `transformer translate` runs, batches at once
+        # (parallel.py); the others one batch at a time on all the threads
+        runtime = RuntimeConfig(threads=args.threads, compile=args.engine == "torch-compiled")
+        threads = decode_threads(runtime, torch.device("cpu"))
+        threads = threads if args.engine in ("torch", "torch-compiled") else DecodeThreads()
 
         def run(sentences: list[list[int]]) -> list[list[int]]:
             found = translate_ids(model, sentences, decode, cache, threads=threads)
@@ -324,8 +336,8 @@ def table(args: argparse.Namespace, rows: list[dict], probes: list, references: 
              f"rounds; CPU probe around the passes {min(probes):.0f}-{max(probes):.0f} GFLOP/s "
              f"(median {sorted(probes)[len(probes) // 2]:.0f}).", "",
              "| search | engine | seconds | sentences/s | tokens/s | peak MB | speed vs ours "
-             "| same as ours |" + (" BLEU |" if tgt else ""),
-             "|---|---|---|---|---|---|---|---|" + ("---|" if tgt else "")]  # fmt: skip
+             "| same as ours | warm-up s |" + (" BLEU |" if tgt else ""),
+             "|---|---|---|---|---|---|---|---|---|" + ("---|" if tgt else "")]  # fmt: skip
     seconds = {(r["search"], r["engine"]): r["seconds"] for r in rows}
     bleu = {}
     for row in rows:
@@ -334,7 +346,7 @@ def table(args: argparse.Namespace, rows: list[dict], probes: list, references: 
         same = sum(a == b for a, b in zip(row["outputs"], ours["outputs"], strict=True))
         line = (f"| {row['search']} | {row['engine']} | {s:.2f} | {row['sentences'] / s:.1f} | "
                 f"{row['tokens'] / s:,.0f} | {row['peak_mb']:.0f} | {ours['seconds'] / s:.2f}× | "
-                f"{same}/{len(row['outputs'])} |")  # fmt: skip
+                f"{same}/{len(row['outputs'])} | {row['warm_up']:.1f} |")  # fmt: skip
         if tgt:
             hypotheses = [tgt.decode(o) for o in row["outputs"]]
             bleu[row["search"], row["engine"]] = score_translations(hypotheses, references)[0]

@@ -37,12 +37,18 @@ def test_help_puts_the_model_dir_first_and_one_default_per_option(capsys):
     assert "(default: standard input)" in out and "(default: null)" not in out
 
 
-@pytest.mark.parametrize("command", ["translate", "evaluate", "attention", "serve"])
+@pytest.mark.parametrize("command", ["translate", "evaluate", "attention", "serve", "score"])
 def test_only_training_offers_training_only_options(command, capsys):
     code, out, _ = cli([command, "--help"], capsys)
-    assert code == 0 and "--runtime.compile" not in out and "--runtime.timeout_minutes" not in out
-    code, _, err = cli([command, "somewhere", "--runtime.compile"], capsys)
-    assert code == 2 and "unknown option --runtime.compile" in err
+    assert code == 0 and "--runtime.timeout_minutes" not in out
+    code, _, err = cli([command, "somewhere", "--runtime.timeout_minutes", "5"], capsys)
+    assert code == 2 and "unknown option --runtime.timeout_minutes" in err
+    # compile: training, and the commands that decode many sentences (inference/compiled.py)
+    decodes = command in ("translate", "evaluate", "serve")
+    assert ("--runtime.compile" in out) == decodes
+    if not decodes:
+        code, _, err = cli([command, "somewhere", "--runtime.compile"], capsys)
+        assert code == 2 and "unknown option --runtime.compile" in err
     code, out, _ = cli(["train", "--help"], capsys)
     assert "--runtime.compile" in out and "--runtime.timeout_minutes" in out
 

@@ -59,6 +59,8 @@ class Command:
 
 # What only training uses: a command that does not train neither offers nor accepts these.
 TRAINING_ONLY = frozenset({"runtime.compile", "runtime.timeout_minutes"})
+# translate, evaluate and serve can compile their decoding (inference/compiled.py)
+DECODING = frozenset({"runtime.timeout_minutes"})
 
 
 COMMANDS = {
@@ -76,9 +78,9 @@ COMMANDS = {
                          translate_options, translate_command,
                          "One sentence per line. Empty lines stay empty; a line longer than the "
                          "model accepts is truncated with a warning on stderr. Search options "
-                         "default to the model's decode config.", skip=TRAINING_ONLY),
+                         "default to the model's decode config.", skip=DECODING),
     "evaluate": Command("translate a test set and score it with sacreBLEU", ("decode", "runtime"),
-                        evaluate_options, evaluate_command, skip=TRAINING_ONLY),
+                        evaluate_options, evaluate_command, skip=DECODING),
     "score": Command("the model's log-probability of given translations", ("decode", "runtime"),
                      score_options, score_command,
                      "Scores each line of --ref as a translation of the same line of --src, "
@@ -93,7 +95,7 @@ COMMANDS = {
                      "/openapi.json and a web page at /. Another address than loopback needs an "
                      "API key (--api-key or $TRANSFORMER_API_KEY). Concurrent requests are "
                      "decoded together; --decode.* sets the default search. SIGTERM or Ctrl-C "
-                     "finishes the requests in flight, then exits 0.", skip=TRAINING_ONLY),
+                     "finishes the requests in flight, then exits 0.", skip=DECODING),
     "export": Command("export a model for deployment (CTranslate2, optionally int8) or to the "
                       "Hugging Face format", (), export_options, export_command,
                       "Writes the checkpoint as a CTranslate2 model into OUT, with its "

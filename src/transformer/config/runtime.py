@@ -23,8 +23,10 @@ class RuntimeConfig:
     it pays (a GPU that has it; a CPU with native bf16 products, AVX-512 BF16 or AMX, for
     d_model >= 192), else fp32; the log says which."""
     compile: bool = False
-    """torch.compile the model and the loss for training, once for any batch shape (without a
-    C++ compiler on a CPU, or Triton on a GPU: uncompiled, with a warning)."""
+    """torch.compile, once for any batch shape: for training the model and the loss; for
+    translate, evaluate and serve the decoder's step (one batch at a time; on the 2-core CPU
+    1.0-1.4x the eager speed after 12-55 s of compiling: docs/speed.md). Without a C++
+    compiler on a CPU, or Triton on a GPU: uncompiled, with a warning."""
     loss_chunk: int = 1024
     """Target positions whose logits the training loss makes at once (the final linear layer
     fused into the label-smoothed loss, so the whole (N, V) logits never exist); 0: all at

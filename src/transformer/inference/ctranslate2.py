@@ -315,6 +315,9 @@ def load_ctranslate2(
     """
     if search.get("alignment_method") == "masking":
         raise UserError(f"alignment_method {search['alignment_method']}: {NO_MASKING}")
+    if runtime.compile:
+        raise UserError("runtime.compile compiles the torch engine's decoding; CTranslate2 runs "
+                        "its own kernels: leave it out with --engine ctranslate2")  # fmt: skip
     ct2 = import_ctranslate2()
     check_threads(runtime.threads)
     check_threads(runtime.inter_threads, "inter_threads")

@@ -24,6 +24,7 @@ from ..errors import ScoresNotFinite, UserError
 from ..model.base import EncoderDecoder
 from ..model_dir.checkpoints import load_checkpoint
 from ..model_dir.layout import model_dir_of
+from .compiled import compile_decoding
 from .glossary import Glossary, glossary_of
 from .parallel import decode_threads
 from .score import ScoreResult, score_ids, score_with
@@ -148,6 +149,8 @@ def load_torch_engine(
     decode = loaded.config.decode.with_search(**search)
     tokenizers = Tokenizers.load(model_dir_of(loaded.path))
     tokenizers = tokenizers.for_target_language(decode.target_language)
+    if runtime.compile:
+        compile_decoding(loaded.model)  # or one line on stderr, and eager decoding
     return TorchEngine(loaded.model, tokenizers, decode, loaded.config, loaded.path, runtime)
 
 

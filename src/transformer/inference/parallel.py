@@ -51,10 +51,12 @@ class DecodeThreads:
 def decode_threads(runtime: RuntimeConfig, device: torch.device) -> DecodeThreads:
     """The runtime's threads for decoding on ``device``: on a CPU, ``inter_threads`` batches at
     once (0: one per thread of ``runtime.threads``, or per core), each on an equal share of
-    the threads; on a GPU, one batch at a time."""
+    the threads; on a GPU, or with compiled decoding, one batch at a time."""
     if device.type != "cpu":
         return DecodeThreads()
     total = runtime.threads or cores()
+    if runtime.compile:  # one batch at a time: compiled decoding is not thread-safe (compiled.py)
+        return DecodeThreads(1, total)
     return DecodeThreads(runtime.inter_threads or total, total)
 
 

@@ -40,8 +40,10 @@ import torch
 from torch import Tensor
 
 from ..errors import ScoresNotFinite
-from ..model.base import EncoderDecoder
+from ..model.base import Cache, EncoderDecoder
+from ..model.cache import DecoderCache
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
+from .compiled import compiled_step, fixed_cache
 from .constraints import SearchRules
 from .next_tokens import NextTokens, best, best_next_tokens
 
@@ -211,14 +213,20 @@ class RunningBatch:
         makes room for."""
         self.model = model
         self.memory, self.src_mask = memory, src_mask  # (rows, S, D), (rows, 1, 1, S)
-        self.cache = model.new_cache(longest + 1 if longest else 0) if use_cache else None
+        # a compiled step where ``compile_decoding`` made one (compiled.py), over its fixed cache
+        self.step = compiled_step(model) if use_cache else None
+        self.cache: Cache | None = None
+        if self.step is not None:
+            self.cache = fixed_cache(model, longest)
+        elif use_cache:
+            self.cache = model.new_cache(longest + 1 if longest else 0)
         self.tokens = torch.full((memory.size(0), 1), BOS_ID, device=src_mask.device)  # (rows, 1)
         self.rules, self.prefix = rules, prefix
 
     def next_log_probs(self) -> Tensor:
         """log P(next token | source, tokens so far) for every row, PAD and BOS banned and the
         search rules applied: (rows, V)."""
-        logits = self._decoded(self.model.decode)  # (rows, V)
+        logits = self._decoded(logits=True)  # (rows, V)
         log_probs = self.model.log_probs(self.rules.penalize(logits, self.tokens))  # (rows, V)
         check_scores(self.model, log_probs, logits, self.memory, self.tokens.size(1) - 1)
         log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
@@ -234,18 +242,23 @@ class RunningBatch:
             log_probs = self.next_log_probs()  # (rows, V)
             force_eos(log_probs, at_limit)
             return NextTokens(*best(log_probs, k), log_normaliser=log_probs.new_zeros(0))
-        hidden = self._decoded(self.model.decode_hidden)  # (rows, D)
+        hidden = self._decoded(logits=False)  # (rows, D)
         found = best_next_tokens(hidden, self.model.output, k, at_limit)
         check_scores(self.model, found.log_normaliser, None, self.memory, self.tokens.size(1) - 1)
         return found
 
-    def _decoded(self, decode: Callable[..., Tensor]) -> Tensor:
-        """The decoder's output (``decode``: the model's ``decode`` or ``decode_hidden``) for
-        the newest position of every row: (rows, V) or (rows, D)."""
+    def _decoded(self, logits: bool) -> Tensor:
+        """The decoder's output for the newest position of every row: its logits (rows, V),
+        or its hidden state (rows, D) before the final linear layer."""
+        decode = self.model.decode if logits else self.model.decode_hidden
         if self.cache is None:  # the whole prefix again
             return decode(self.tokens, self.memory, self.src_mask)[:, -1]  # from (rows, t+1, ·)
         new = self.tokens[:, -1:]  # (rows, 1) only the newest token; earlier keys/values come
-        return decode(new, self.memory, self.src_mask, self.cache)[:, -1]  # from the cache
+        if self.step is None:  # from the cache
+            return decode(new, self.memory, self.src_mask, self.cache)[:, -1]
+        assert isinstance(self.cache, DecoderCache)
+        hidden = self.step(new, self.memory, self.src_mask, self.cache)  # (rows, D)
+        return self.model.output(hidden) if logits else hidden
 
     def append(self, next_tokens: Tensor) -> None:
         """Adds one token (rows,) to every prefix."""

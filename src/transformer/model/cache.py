@@ -15,6 +15,13 @@ gathers each layer's rows with one ``index_select`` into a spare buffer, which t
 layer's, and the layer's old one the spare of the next: no new memory per step, and one buffer
 more than the layers have. The attention reads views of the first ``length`` positions.
 
+Compiled decoding (``inference/compiled.py``) needs shapes that do not change from step to
+step: its cache is ``fixed``, every buffer as long as the longest output from the start, and
+the compiled step sees it through ``FixedStep``: it writes the new keys and values at
+``position`` (a tensor) and attends over every slot, the empty ones masked
+(``masks.filled_slots_mask``). Buffers start as zeros, so an empty slot holds finite numbers
+that its zero attention weight cancels.
+
 Shapes: B batch (times beams), H heads, t steps so far, S source length, Dh head width.
 """
 
@@ -25,6 +32,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .masks import filled_slots_mask, look_ahead_mask
+
 # Positions a buffer has room for at first: most outputs are shorter, and a buffer sized for
 # the longest allowed one took 3 times the memory for a beam search on Multi30k.
 FIRST_CAPACITY = 32
@@ -33,11 +42,12 @@ FIRST_CAPACITY = 32
 class LayerCache:
     """What one decoder layer has already computed."""
 
-    def __init__(self, limit: int = 0) -> None:
+    def __init__(self, limit: int = 0, fixed: bool = False) -> None:
         self.length = 0  # positions cached
         self.rows = 0  # batch rows in use: the first ``rows`` of the buffer
         self.limit = limit  # the most positions the search will cache (0: not known)
-        self.capacity = min(limit or FIRST_CAPACITY, FIRST_CAPACITY)  # positions it has room for
+        # positions it has room for; a fixed cache has room for ``limit`` from the start
+        self.capacity = limit if fixed else min(limit or FIRST_CAPACITY, FIRST_CAPACITY)
         self._kv: Tensor | None = None  # (2, ≥B, H, capacity, Dh): keys, then values
         self._cross: Tensor | None = None  # (2, B, H, S, Dh), set once per source
 
@@ -86,7 +96,7 @@ class LayerCache:
             self.capacity = max(needed, 2 * self.capacity)
             if self.limit:
                 self.capacity = max(needed, min(self.capacity, self.limit))
-        grown = like.new_empty(2, max(rows, self.rows), heads, max(self.capacity, needed), d_head)
+        grown = like.new_zeros(2, max(rows, self.rows), heads, max(self.capacity, needed), d_head)
         if self._kv is not None:
             grown[:, : self.rows, :, : self.length] = self._kv[:, : self.rows, :, : self.length]
         self._kv = grown
@@ -101,13 +111,62 @@ class LayerCache:
         if old is not None:
             n = index.numel()
             if spare is None or spare.shape[2:] != old.shape[2:] or spare.size(1) < n:
-                spare = old.new_empty([2, max(n, old.size(1)), *old.shape[2:]])
+                spare = old.new_zeros([2, max(n, old.size(1)), *old.shape[2:]])
             used = old[:, : self.rows, :, : self.length]  # (2, B, H, t, Dh)
             torch.index_select(used, 1, index, out=spare[:, :n, :, : self.length])
             self._kv, self.rows = spare, n
         if cross and self._cross is not None:
             self._cross = self._cross.index_select(1, index)
         return old
+
+    def allocate(self, rows: int, heads: int, d_head: int, like: Tensor) -> None:
+        """A fixed cache's buffer, zeros for ``rows`` rows, made before the first compiled
+        step (which cannot grow one); ``like``: its dtype and device."""
+        if self._kv is None:
+            self._grow(rows, heads, self.capacity, d_head, like)
+            self.rows = rows
+
+    def fixed_slots(self, position: Tensor) -> FixedSlots:
+        """This layer's buffers as a compiled step sees them (a fixed cache whose buffer and
+        encoder-decoder keys and values exist: ``allocate`` and ``set_cross``, which
+        inference/compiled.py calls before the first step)."""
+        assert self._kv is not None and self._cross is not None
+        kv = self._kv[:, : self.rows]  # (2, B, H, capacity, Dh)
+        return FixedSlots(kv[0], kv[1], self._cross[0], self._cross[1], position)
+
+
+class FixedSlots:
+    """One layer's cache inside a compiled decoding step: every slot of a fixed-size buffer,
+    the new position's keys and values written in place at ``position`` (1,)."""
+
+    def __init__(
+        self, keys: Tensor, values: Tensor, cross_keys: Tensor, cross_values: Tensor,
+        position: Tensor,
+    ) -> None:  # fmt: skip
+        self.keys, self.values = keys, values  # (B, H, capacity, Dh) each
+        self.cross_keys, self.cross_values = cross_keys, cross_values  # (B, H, S, Dh) each
+        self.position = position  # (1,)
+
+    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Writes the new position's keys and values (B, H, 1, Dh); returns every slot,
+        (B, H, capacity, Dh) each."""
+        self.keys.index_copy_(2, self.position, keys)
+        self.values.index_copy_(2, self.position, values)
+        return self.keys, self.values
+
+
+@dataclass
+class FixedStep:
+    """A fixed cache as one compiled decoding step sees it: the new token's position as a
+    tensor, so that the step's code is the same at every position."""
+
+    layers: list[FixedSlots]
+    length: Tensor  # (1,): positions already decoded, i.e. the new one's position
+
+    def step_mask(self, new: int, device: torch.device) -> Tensor:
+        """The new position sees the filled slots: (1, 1, 1, capacity)."""
+        assert new == 1, "a compiled step decodes one position"
+        return filled_slots_mask(self.length, self.layers[0].keys.size(2))
 
 
 @dataclass
@@ -121,14 +180,32 @@ class DecoderCache:
     _spare: Tensor | None = None
 
     @classmethod
-    def empty(cls, n_layers: int, length: int = 0) -> DecoderCache:
-        """``n_layers`` empty caches for up to ``length`` positions (0: not known)."""
-        return cls([LayerCache(length) for _ in range(n_layers)])
+    def empty(cls, n_layers: int, length: int = 0, fixed: bool = False) -> DecoderCache:
+        """``n_layers`` empty caches for up to ``length`` positions (0: not known); ``fixed``:
+        room for all ``length`` from the start, for a compiled step."""
+        return cls([LayerCache(length, fixed) for _ in range(n_layers)])
 
     @property
     def length(self) -> int:
         """Number of target positions already decoded (the offset of the next one)."""
         return self.layers[0].length if self.layers else 0
+
+    def step_mask(self, new: int, device: torch.device) -> Tensor | None:
+        """The self-attention mask of ``new`` positions after the cached ones: none for one
+        (it may see every cached one), the look-ahead mask (1, 1, new, t + new) for more."""
+        return None if new == 1 else look_ahead_mask(new, self.length, device)
+
+    def fixed_step(self) -> FixedStep:
+        """What one compiled step reads and writes; ``advance`` afterwards."""
+        cross = self.layers[0].cross_keys
+        assert cross is not None
+        position = torch.tensor([self.length], device=cross.device)  # (1,)
+        return FixedStep([layer.fixed_slots(position) for layer in self.layers], position)
+
+    def advance(self) -> None:
+        """A compiled step has written one more position into every layer."""
+        for layer in self.layers:
+            layer.length += 1
 
     def reorder(self, index: Tensor) -> None:
         """Beam search: row i of the new batch continues hypothesis ``index[i]``.

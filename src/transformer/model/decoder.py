@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from .attention import MultiHeadAttention
-from .cache import DecoderCache, LayerCache
+from .cache import DecoderCache, FixedSlots, FixedStep, LayerCache
 from .layers import Dropout, FeedForward, LayerNorm
 
 
@@ -56,7 +56,7 @@ class DecoderLayer(nn.Module):
         memory: Tensor,
         tgt_mask: Tensor | None,
         memory_mask: Tensor | None,
-        cache: LayerCache | None = None,
+        cache: LayerCache | FixedSlots | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, DecoderAttention | None]:
         """Args:
@@ -89,7 +89,11 @@ class DecoderLayer(nn.Module):
         return x, weights
 
     def _self_attention(
-        self, x: Tensor, mask: Tensor | None, cache: LayerCache | None, need_weights: bool
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        cache: LayerCache | FixedSlots | None,
+        need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
         """Masked self-attention over the cached steps and the new ones, then dropout."""
         keys, values = self.self_attn.project_kv(x, x)  # (B, H, T, Dh) each
@@ -103,7 +107,7 @@ class DecoderLayer(nn.Module):
         x: Tensor,
         memory: Tensor,
         mask: Tensor | None,
-        cache: LayerCache | None,
+        cache: LayerCache | FixedSlots | None,
         need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
         """Encoder-decoder attention: queries from x, keys and values from memory, then dropout."""
@@ -111,6 +115,7 @@ class DecoderLayer(nn.Module):
             keys, values = self.cross_attn.project_kv(memory, memory)  # (B, H, S, Dh)
         else:
             if cache.cross_keys is None:
+                assert isinstance(cache, LayerCache)  # a compiled step's are set beforehand
                 cache.set_cross(*self.cross_attn.project_kv(memory, memory))  # (B, H, S, Dh)
             keys, values = cache.cross_keys, cache.cross_values
             assert keys is not None and values is not None
@@ -138,7 +143,7 @@ class Decoder(nn.Module):
         memory: Tensor,
         tgt_mask: Tensor | None,
         memory_mask: Tensor | None,
-        cache: DecoderCache | None = None,
+        cache: DecoderCache | FixedStep | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, list[DecoderAttention] | None]:
         """Args:

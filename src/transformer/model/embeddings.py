@@ -64,13 +64,19 @@ class _Positions(nn.Module):
 
     max_positions: int
 
-    def _check(self, length: int, offset: int) -> None:
+    def _rows(self, table: Tensor, length: int, offset: int | Tensor) -> Tensor:
+        """Rows offset..offset+length-1 of ``table`` (max_positions, D): (T, D). A tensor
+        ``offset`` (1,) is a compiled decoding step's position, which its search has already
+        kept below max_positions (``search.length_limits``)."""
+        if isinstance(offset, Tensor):
+            return table[offset + torch.arange(length, device=offset.device)]  # (T, D)
         if offset + length > self.max_positions:
             raise ValueError(
                 f"sequence of {offset + length} positions is longer than max_positions="
                 f"{self.max_positions} (ModelConfig.max_positions); shorten the input or "
                 "use a model with more positions"
             )
+        return table[offset : offset + length]  # (T, D)
 
 
 class SinusoidalPositionalEncoding(_Positions):
@@ -82,10 +88,9 @@ class SinusoidalPositionalEncoding(_Positions):
         table = sinusoidal_table(max_positions, d_model, layout)
         self.register_buffer("table", table, persistent=False)
 
-    def forward(self, length: int, offset: int = 0) -> Tensor:
+    def forward(self, length: int, offset: int | Tensor = 0) -> Tensor:
         """Encodings of positions offset..offset+length-1: (T, D)."""
-        self._check(length, offset)
-        return self.table[offset : offset + length]
+        return self._rows(self.table, length, offset)
 
 
 class LearnedPositionalEmbedding(_Positions):
@@ -96,10 +101,9 @@ class LearnedPositionalEmbedding(_Positions):
         self.max_positions = max_positions
         self.weight = nn.Parameter(torch.randn(max_positions, d_model) * d_model**-0.5)
 
-    def forward(self, length: int, offset: int = 0) -> Tensor:
+    def forward(self, length: int, offset: int | Tensor = 0) -> Tensor:
         """Embeddings of positions offset..offset+length-1: (T, D)."""
-        self._check(length, offset)
-        return self.weight[offset : offset + length]
+        return self._rows(self.weight, length, offset)
 
 
 class Embeddings(nn.Module):
@@ -123,7 +127,7 @@ class Embeddings(nn.Module):
             self.positions = LearnedPositionalEmbedding(max_positions, d_model)
         self.dropout = Dropout(dropout)
 
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, ids: Tensor, offset: int | Tensor = 0) -> Tensor:
         """Ids at positions offset.. (offset > 0 in step-by-step decoding): (B, T) -> (B, T, D)."""
         x = self.tokens(ids)  # (B, T, D)
         return self.dropout(x + self.positions(ids.size(1), offset))  # (B, T, D)

@@ -43,6 +43,19 @@ def look_ahead_mask(length: int, past: int = 0, device: torch.device | None = No
     return (key_pos <= query_pos)[None, None]  # (1, 1, T, past + T)
 
 
+def filled_slots_mask(position: Tensor, capacity: int) -> Tensor:
+    """The look-ahead mask of one new query over a key/value cache of fixed size (compiled
+    decoding, ``cache.FixedStep``): the query at ``position`` sees the keys 0..position, never
+    the empty slots after it. ``position`` is a tensor, so that one compiled step serves every
+    position.
+
+    Shape:
+        position (1,) -> (1, 1, 1, capacity).
+    """
+    slots = torch.arange(capacity, device=position.device)  # (capacity,)
+    return (slots <= position)[None, None, None, :]  # (1, 1, 1, capacity)
+
+
 def combined_mask(tgt_ids: Tensor, pad_id: int = PAD_ID) -> Tensor:
     """Decoder self-attention mask: look-ahead AND padding (the notes' element-wise product).
 

@@ -18,11 +18,11 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..vocab import PAD_ID
 from .base import ATTENTION_KINDS, AttentionMaps, EncoderDecoder
-from .cache import DecoderCache
+from .cache import DecoderCache, FixedStep
 from .decoder import Decoder, DecoderAttention
 from .embeddings import Embeddings, TokenEmbedding
 from .encoder import Encoder
-from .masks import combined_mask, look_ahead_mask, padding_mask
+from .masks import combined_mask, padding_mask
 
 
 class Transformer(EncoderDecoder):
@@ -69,7 +69,7 @@ class Transformer(EncoderDecoder):
         tgt_ids: Tensor,
         memory: Tensor,
         src_mask: Tensor,
-        cache: DecoderCache | None = None,
+        cache: DecoderCache | FixedStep | None = None,
     ) -> Tensor:
         """Runs the decoder stack (``EncoderDecoder.decode_hidden``).
 
@@ -84,17 +84,16 @@ class Transformer(EncoderDecoder):
         tgt_ids: Tensor,
         memory: Tensor,
         src_mask: Tensor,
-        cache: DecoderCache | None,
+        cache: DecoderCache | FixedStep | None,
         need_weights: bool,
     ) -> tuple[Tensor, list[DecoderAttention] | None]:
         """Decoder hidden states (B, T, D) with the right self-attention mask."""
-        past = cache.length if cache is not None else 0
         if cache is None:
+            past: int | Tensor = 0
             tgt_mask = combined_mask(tgt_ids, PAD_ID)  # (B, 1, T, T)
-        elif tgt_ids.size(1) == 1:  # one new position: it may see every cached one, no mask
-            tgt_mask = None
-        else:
-            tgt_mask = look_ahead_mask(tgt_ids.size(1), past, tgt_ids.device)  # (1, 1, T, t + T)
+        else:  # the new positions after the cached ones: (1, 1, T, t + T), or None for one
+            past = cache.length
+            tgt_mask = cache.step_mask(tgt_ids.size(1), tgt_ids.device)
         x = self.tgt_embed(tgt_ids, offset=past)  # (B, T, D)
         return self.decoder(x, memory, tgt_mask, src_mask, cache, need_weights)
 
