@@ -140,3 +140,25 @@ def test_translate_takes_compile_and_without_a_compiler_says_so(numbers_model, t
     assert plain.code == found.code == 0, found.stderr
     assert found.stdout == plain.stdout
     assert any("decoding runs uncompiled: no C++ compiler" in line for line in found.stderr)
+
+
+def test_a_server_compiles_before_it_listens(uncompiled, torch_engine, capsys):
+    """``serve --runtime.compile`` translates two lines through the compiled step before it
+    listens (``warm_up``); a model that decodes eagerly has nothing to warm up."""
+    lines = []
+
+    def translate(sentences):
+        lines.append(sentences)
+        return torch_engine.translate(sentences)
+
+    assert not compiled.warm_up(translate, torch_engine.model) and lines == []
+    assert compiled.compile_decoding(torch_engine.model)
+    steps = []
+    step = compiled.compiled_step(torch_engine.model)
+    compiled._STEPS[torch_engine.model] = lambda *args: steps.append(1) or step(*args)
+    try:
+        assert compiled.warm_up(translate, torch_engine.model)
+    finally:
+        del compiled._STEPS[torch_engine.model]
+    assert lines == [["a", "b"]] and steps
+    assert "compiling the decoding step" in capsys.readouterr().err

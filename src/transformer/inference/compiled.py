@@ -120,3 +120,14 @@ def _compiled_step(model: Transformer) -> Step:
         return hidden  # (N, D)
 
     return step
+
+
+def warm_up(translate: Callable[[list[str]], object], model: EncoderDecoder) -> bool:
+    """Compiles ``model``'s step now, by translating two short lines with ``translate`` (a
+    server does this before it listens, so that no request waits tens of seconds for it).
+    False where the model decodes eagerly and there is nothing to compile."""
+    if compiled_step(model) is None:
+        return False
+    print("transformer: compiling the decoding step (runtime.compile)", file=sys.stderr, flush=True)
+    translate(["a", "b"])  # two rows: one row runs uncompiled
+    return True

@@ -33,7 +33,8 @@ import uvicorn
 
 from ..config import RuntimeConfig
 from ..errors import UserError
-from ..inference.engine import load_engine
+from ..inference.compiled import warm_up
+from ..inference.engine import TorchEngine, load_engine
 from .config import API_KEY_ENV, ServeConfig
 from .middleware import access_log
 
@@ -60,6 +61,8 @@ def serve(
     listener = listen(config.host, config.port)
     try:
         served = load_engine(model_dir, engine, checkpoint, runtime, **(decode or {}))
+        if isinstance(served, TorchEngine):  # compiled now, not at the first request
+            warm_up(served.translate, served.model)
         app = create_app(served, config)
     except BaseException:
         listener.close()
