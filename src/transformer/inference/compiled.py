@@ -113,9 +113,9 @@ def _compiled_step(model: Transformer) -> Step:
         # the heads' constant would make the rows static: compiled again for every batch size.
         with shape_config.patch(use_duck_shape=False):
             hidden = run(new, memory, src_mask, fixed.length,
-                              [s.keys for s in fixed.layers], [s.values for s in fixed.layers],
-                              [s.cross_keys for s in fixed.layers],
-                              [s.cross_values for s in fixed.layers])  # fmt: skip
+                         [s.keys for s in fixed.layers], [s.values for s in fixed.layers],
+                         [s.cross_keys for s in fixed.layers],
+                         [s.cross_values for s in fixed.layers])  # fmt: skip
         cache.advance()
         return hidden  # (N, D)
 
