@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from transformer.config import DecodeConfig, ModelConfig
 from transformer.inference import translate_ids
+from transformer.inference.compiled import compile_decoding
 from transformer.model import Transformer
 from transformer.vocab import EOS_ID
 
@@ -126,11 +127,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0: default")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--compile", action="store_true", help="also runtime.compile's step")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
     model = HoldBackEos(build_model(args)).to(args.device)
+    compiled = hold_back_eos(build_model(args)).to(args.device) if args.compile else None
+    if compiled is not None and not compile_decoding(compiled):
+        compiled = None
     sentences = random_sentences(args)
     params = sum(p.numel() for p in model.parameters())
     src_tokens = sum(len(s) for s in sentences)
@@ -148,7 +153,13 @@ def main() -> None:
         )
         cached = measure(model, sentences, config, True, args.repeats)
         uncached = measure(model, sentences, config, False, args.repeats)
-        for label, seconds in (("yes", cached), ("no", uncached)):
+        rows = [("yes", cached), ("no", uncached)]
+        if compiled is not None:
+            start = time.perf_counter()
+            translate_ids(compiled, sentences[:8], config)  # compiles
+            print(f"compiling the step (and 8 sentences): {time.perf_counter() - start:.1f} s")
+            rows.append(("compiled", measure(compiled, sentences, config, True, args.repeats)))
+        for label, seconds in rows:
             speed_up = f"{uncached / seconds:.1f}x"
             print(
                 f"{name:<8} {label:<6} {seconds:>8.2f} {len(sentences) / seconds:>8.1f} "

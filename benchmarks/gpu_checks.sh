@@ -10,7 +10,7 @@
 #           precision, a resume, and the GPU-trained model translating on the CPU
 # profile   benchmarks/profile_step.py: where the bf16 `base` step's time goes (host and device)
 # speed     benchmarks/train_speed.py: ours against nn.Transformer, fp32 and bf16, MFU
-# decode    benchmarks/decode_speed.py --device cuda
+# decode    benchmarks/decode_speed.py --device cuda, the compiled step too (runtime.compile)
 # multi30k  two minutes of `base` on Multi30k de-en, bf16, compiled, through the real loop (needs the
 #           corpus in MULTI30K_DIR, default .gpu/data)
 #
@@ -77,8 +77,8 @@ for p in $PARTS; do
             --preset base --batch 400 --steps 20 --rounds 3 --precisions bf16 \
             --report $OUT/train_speed_cuda_compiled.md" ;;
     decode)
-        part decode 180 "cd benchmarks && python decode_speed.py --device cuda --preset base \
-            --vocab 32000 --sentences 256 --batch-size 64 --repeats 2" ;;
+        part decode 300 "cd benchmarks && python decode_speed.py --device cuda --preset base \
+            --vocab 32000 --sentences 256 --batch-size 64 --repeats 2 --compile" ;;
     multi30k)
         part multi30k 240 "python -m transformer train --out $RUNS/m30k --config multi30k-de-en \
             --data.data_dir ${MULTI30K_DIR:-.gpu/data} --preset base --device cuda \

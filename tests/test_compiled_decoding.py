@@ -162,3 +162,14 @@ def test_a_server_compiles_before_it_listens(uncompiled, torch_engine, capsys):
         del compiled._STEPS[torch_engine.model]
     assert lines == [["a", "b"]] and steps
     assert "compiling the decoding step" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_the_compiled_step_gives_the_eager_outputs_on_a_gpu():
+    """The same on CUDA (Triton kernels), where launching hundreds of small kernels a step is
+    what compiling removes."""
+    model = tiny_model().cuda()
+    src = sources(4).cuda()
+    expected = outputs(model, src)
+    assert compiled.compile_decoding(model)
+    assert_same(outputs(model, src), expected, tolerance=1e-4)
