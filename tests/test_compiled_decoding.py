@@ -161,7 +161,7 @@ def test_a_server_compiles_before_it_listens(uncompiled, torch_engine, capsys):
     finally:
         del compiled._STEPS[torch_engine.model]
     assert lines == [["a", "b"]] and steps
-    assert "compiling the decoding step" in capsys.readouterr().err
+    assert "decoding is compiled at its first step" in capsys.readouterr().err
 
 
 @pytest.mark.gpu

@@ -60,6 +60,8 @@ def compile_decoding(model: EncoderDecoder) -> bool:
         return False
     if model not in _STEPS:
         _STEPS[model] = _compiled_step(model)
+        print("transformer: decoding is compiled at its first step (tens of seconds)",
+              file=sys.stderr)  # fmt: skip
     return True
 
 
@@ -128,6 +130,5 @@ def warm_up(translate: Callable[[list[str]], object], model: EncoderDecoder) -> 
     False where the model decodes eagerly and there is nothing to compile."""
     if compiled_step(model) is None:
         return False
-    print("transformer: compiling the decoding step (runtime.compile)", file=sys.stderr, flush=True)
     translate(["a", "b"])  # two rows: one row runs uncompiled
     return True
