@@ -11,8 +11,11 @@
 # profile   benchmarks/profile_step.py: where the bf16 `base` step's time goes (host and device)
 # speed     benchmarks/train_speed.py: ours against nn.Transformer, fp32 and bf16, MFU
 # decode    benchmarks/decode_speed.py --device cuda, the compiled step too (runtime.compile)
-# multi30k  two minutes of `base` on Multi30k de-en, bf16, compiled, through the real loop (needs the
-#           corpus in MULTI30K_DIR, default .gpu/data)
+# multi30k  two minutes of the `multi30k-de-en` config (the `small` preset) on the GPU, bf16,
+#           eager (compiling takes minutes of its own), through the real loop, then evaluate on
+#           test2016: BLEU per minute (needs the corpus in
+#           MULTI30K_DIR, default .gpu/data; the run is kept in MULTI30K_RUN, default a temporary
+#           folder)
 #
 # Each part writes its log to OUT/PART.log; results/*.md files are copied to OUT.
 set -uo pipefail
@@ -25,8 +28,8 @@ PY=${PYTHON:-python3}
 python() { "$PY" "$@"; }
 RUNS=$(mktemp -d)
 
-part() {  # part NAME SECONDS COMMAND...: runs COMMAND under a time limit, logs to OUT/NAME.log
-    local name=$1 limit=$2
+part() {  # part NAME SECONDS COMMAND...: runs COMMAND under a time limit (PART_LIMIT overrides it),
+    local name=$1 limit=${PART_LIMIT:-$2}  # logs to OUT/NAME.log
     shift 2
     echo "== $name ($(date +%T))"
     local start=$SECONDS
@@ -45,7 +48,7 @@ for p in $PARTS; do
     case $p in
     tests)
         part tests 300 python -m pytest -q -p no:cacheprovider -m gpu tests/test_device.py \
-            tests/test_serve_process.py ;;
+            tests/test_serve_process.py tests/test_compiled_decoding.py ;;
     tests-compiled)
         part tests-compiled 300 python -m pytest -q -p no:cacheprovider -m gpu \
             tests/test_device.py -k compiled ;;
@@ -74,18 +77,18 @@ for p in $PARTS; do
             --batch 400 --steps 20 --rounds 3 --no-compile --report $OUT/train_speed_cuda.md" ;;
     speed-compiled)
         part speed-compiled 420 "cd benchmarks && python train_speed.py --device cuda \
-            --preset base --batch 400 --steps 20 --rounds 3 --precisions bf16 \
+            --preset base --batch 400 --steps 10 --rounds 2 --precisions bf16 \
             --report $OUT/train_speed_cuda_compiled.md" ;;
     decode)
         part decode 300 "cd benchmarks && python decode_speed.py --device cuda --preset base \
             --vocab 32000 --sentences 256 --batch-size 64 --repeats 2 --compile" ;;
     multi30k)
-        part multi30k 240 "python -m transformer train --out $RUNS/m30k --config multi30k-de-en \
-            --data.data_dir ${MULTI30K_DIR:-.gpu/data} --preset base --device cuda \
-            --precision bf16 --runtime.compile true --max_tokens 16384 --max_minutes 2 --log_every 50 \
-            --validate_every 100000 --save_every 100000 --bleu_sentences 200 --warmup_steps 400 \
-            && python -m transformer evaluate $RUNS/m30k --device cuda -o $RUNS/m30k.hyp ; \
-            cp $RUNS/m30k/metrics.jsonl $OUT/multi30k_metrics.jsonl" ;;
+        M30K=${MULTI30K_RUN:-$RUNS/m30k}
+        part multi30k 240 "python -m transformer train --out $M30K --config multi30k-de-en \
+            --data.data_dir ${MULTI30K_DIR:-.gpu/data} --device cuda --precision bf16 \
+            --max_minutes 2 --log_every 250 --validate_every 100000 \
+            --save_every 100000 && python -m transformer evaluate $M30K --device cuda \
+            -o $M30K.hyp ; cp $M30K/metrics.jsonl $OUT/multi30k_metrics.jsonl" ;;
     *) echo "unknown part $p" ;;
     esac
 done

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# benchmarks/gpu_checks.sh's parts fitted into one call of under ten minutes on a lent GPU
+# machine, whose results come back only from the folder $OUT (at most 8 files):
+#
+#     benchmarks/gpu_wheels.sh; mkdir -p .gpu/data; cp ../shared/data/multi30k/* .gpu/data/
+#     (on the GPU machine, with .whl and .gpu carried)  benchmarks/gpu_one_call.sh
+#
+# The correctness parts (tests, cli) and the two-minute Multi30k run go side by side; the timed
+# parts (speed, profile, decode, then speed-compiled in whatever time is left) run alone, one
+# after another. $OUT/results.tar.gz (every log and report) is rewritten as each part ends,
+# so a call stopped at its limit still returns what finished; the Multi30k model comes back
+# as $OUT/m30k.tgz.part-* (cat them, then tar -xzf, for CPU benchmarks of a trained model).
+set -u
+T0=$SECONDS
+DEADLINE=${DEADLINE:-580}  # seconds from the start
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
+R=/tmp/gpu-results
+mkdir -p "$R"
+pack() { tar -C "$R" --exclude="trace_*" -czf "$OUT/results.tar.gz" . 2>/dev/null; }
+{ which g++ nvcc; nproc; python3 -c "import sys, torch; print(sys.version, torch.__version__)"; } \
+    >"$R/env.txt" 2>&1
+export MULTI30K_RUN=/tmp/m30k PYTHONUNBUFFERED=1
+G=benchmarks/gpu_checks.sh
+(PART_LIMIT=230 $G "$R" tests >"$R/g_tests.out" 2>&1; echo "tests ended at $((SECONDS - T0)) s"; pack) &
+(PART_LIMIT=170 $G "$R" cli >"$R/g_cli.out" 2>&1; echo "cli ended at $((SECONDS - T0)) s"; pack) &
+(
+    PART_LIMIT=220 $G "$R" multi30k >"$R/g_multi30k.out" 2>&1
+    echo "multi30k ended at $((SECONDS - T0)) s"
+    if [ -d /tmp/m30k/checkpoints ]; then
+        tar -C /tmp/m30k --exclude=trainer.pt --exclude=./data --exclude=.lock -czf /tmp/m30k.tgz . &&
+            split -b 15m /tmp/m30k.tgz "$OUT/m30k.tgz.part-"
+        cp /tmp/m30k.hyp "$R/" 2>/dev/null
+    fi
+    pack
+) &
+wait
+for p in speed:90 profile:60 decode:100; do
+    PART_LIMIT=${p#*:} $G "$R" "${p%:*}" >"$R/g_${p%:*}.out" 2>&1
+    echo "${p%:*} ended at $((SECONDS - T0)) s"
+    pack
+done
+trace=$R/trace_ours_bf16.json.gz
+[ -f "$trace" ] && [ "$(stat -c %s "$trace")" -lt 15000000 ] && cp "$trace" "$OUT/"
+left=$((DEADLINE - (SECONDS - T0)))
+[ $left -gt 30 ] && PART_LIMIT=$left $G "$R" speed-compiled >"$R/g_speed-compiled.out" 2>&1
+echo "all ended at $((SECONDS - T0)) s"
+pack
+grep -h "== .*exit" "$R"/g_*.out
