@@ -65,6 +65,18 @@ def test_a_source_word_nobody_reads_gets_no_link():
     assert word_alignment(attention, ["▁a", "▁and", "▁c"], ["▁x", "▁y"]) == [(0, 0), (2, 1)]
 
 
+def test_cover_source_links_each_source_word_no_target_word_chose_to_its_best_one():
+    # "cent" reads "and" most, so "hundred" gets no link; its column says "cent"
+    attention = torch.tensor([
+        [0.9, 0.05, 0.05, 0.0],  # sept: seven
+        [0.0, 0.35, 0.6, 0.05],  # cent: and, then hundred
+        [0.0, 0.0, 0.0, 1.0],  # </s>
+    ])  # fmt: skip
+    src, tgt = ["▁seven", "▁hundred", "▁and"], ["▁sept", "▁cent"]
+    assert word_alignment(attention, src, tgt) == [(0, 0), (2, 1)]
+    assert word_alignment(attention, src, tgt, cover_source=True) == [(0, 0), (1, 1), (2, 1)]
+
+
 def test_every_link_is_within_the_word_counts_on_both_engines(numbers_model):
     pytest.importorskip("ctranslate2")
     from transformer.inference.ctranslate2 import load_ctranslate2

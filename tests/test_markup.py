@@ -173,6 +173,19 @@ def test_an_element_whose_words_got_no_target_word_wraps_the_nearest_one():
     assert place_tags([], [], [b], [Atom("<br/>", 0, frozenset())]) == "<b></b><br/>"
 
 
+def test_a_source_word_no_target_word_chose_still_takes_its_tag_to_its_best_word():
+    # "cent" chose "and"; "hundred" is linked to "cent" only by cover_source's link
+    i = Inline("<i>", "</i>", [0, 1], frozenset())
+    alignment = [(0, 0), (2, 1)]
+    assert place_tags(["sept", "cent"], alignment, [i], []) == "<i>sept</i> cent"
+    covering = [(0, 0), (1, 1), (2, 1)]
+    assert place_tags(["sept", "cent"], covering, [i], []) == "<i>sept cent</i>"
+    # siblings that share a target word: the later one nests in the earlier one's run
+    b = Inline("<b>", "</b>", [2], frozenset())
+    out = place_tags(["sept", "cent"], covering, [i, b], [])
+    assert out == "<i>sept <b>cent</b></i>"
+
+
 def test_a_void_element_goes_after_the_word_aligned_to_the_word_before_it():
     br = Atom("<br/>", 0, frozenset())
     assert place_tags(["p", "q"], [(1, 0), (0, 1)], [], [br]) == "p q<br/>"

@@ -179,13 +179,19 @@ def word_count(words: list[int | None]) -> int:
     return 1 + max((w for w in words if w is not None), default=-1)
 
 
-def word_alignment(attention: Tensor, src_pieces: list[str], tgt_pieces: list[str]) -> list:
+def word_alignment(
+    attention: Tensor, src_pieces: list[str], tgt_pieces: list[str], cover_source: bool = False
+) -> list:
     """Hard word links (i, j) from one hypothesis' attention, one per target word, by j.
 
     Args:
         attention: (len(tgt_pieces) + 1, len(src_pieces) + 1): rows the steps that produced
             each target piece and </s>, columns the source pieces and </s>.
         src_pieces, tgt_pieces: the pieces, without </s>.
+        cover_source: also link each source word that no target word chose to the target
+            word it scores highest with (the same product, down its column), so that every
+            source word has a link: what tags need (``tag_placement.py``), not what
+            ``--decode.alignment`` prints.
     """
     src_words, tgt_words = word_of_pieces(src_pieces), word_of_pieces(tgt_pieces)
     n_src, n_tgt = word_count(src_words), word_count(tgt_words)
@@ -205,8 +211,15 @@ def word_alignment(attention: Tensor, src_pieces: list[str], tgt_pieces: list[st
     tiny = torch.finfo(by_word.dtype).tiny
     source_given_target = by_word / by_word.sum(dim=1, keepdim=True).clamp(min=tiny)  # P(i | j)
     target_given_source = by_word / by_word.sum(dim=0, keepdim=True).clamp(min=tiny)  # P(j | i)
-    best = (source_given_target * target_given_source).argmax(dim=1).tolist()
-    return [(i, j) for j, i in enumerate(best)]
+    both = source_given_target * target_given_source  # (target words, source words)
+    best = both.argmax(dim=1).tolist()
+    links = [(i, j) for j, i in enumerate(best)]
+    if cover_source:
+        chosen = set(best)
+        links += [(i, int(both[:, i].argmax())) for i in range(n_src)
+                  if i not in chosen]
+        links.sort(key=lambda link: (link[1], link[0]))
+    return links
 
 
 def pharaoh(pairs: list[tuple[int, int]]) -> str:

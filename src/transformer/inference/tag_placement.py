@@ -1,20 +1,26 @@
 """Inline markup, third part: a segment's tags put back around the target words that their source
-words align to (the hard word alignment of ``alignment.py``, one source word per target word).
+words align to (the hard word links of ``alignment.py``).
 
 The rules, each chosen so that the output is well-formed and holds every tag exactly once:
 
-- **Words**: a target word takes the tags of the source word it is aligned to; an element's
-  target words are those aligned to any of its source words.
+- **Words**: a target word takes the tags of the source words it is linked to; an element's
+  target words are those linked to any of its source words. The links are the alignment (one
+  source word per target word) and, for each source word no target word chose, a link to the
+  target word it scores highest with (``word_alignment(..., cover_source=True)``): "cent" chose
+  "and" in "four hundred and six", so without it a tag around "hundred" had no word.
 - **One span per element**: an element wraps the longest run of adjacent target words among
   its target words (the first, when two runs are as long); its other target words, if the
   translation put them apart, go without it. A tag is never repeated. Two elements that are not
   nested in the source share no target word, so their runs never overlap; a child's run lies
   inside its parent's words, so it nests in the parent's run or lies outside it. Either way the
-  tags nest properly.
-- **No target word**: an element none of whose source words got a target word (the model left
-  them out) wraps the one target word aligned to the nearest source word that has one.
-- **Crossing**: runs can cross only when tags split a word (``<b>x y</b><i>z</i>`` where
-  ``yz`` is one word); the later element then wraps only the first word of its run.
+  tags nest properly. (A target word linked to two source words can be in two elements that
+  are siblings in the source: their runs then nest, or cross and are cut as below.)
+- **No target word**: an element none of whose source words got a target word (links given
+  without ``cover_source``) wraps the one target word aligned to the nearest source word that
+  has one.
+- **Crossing**: runs can cross when tags split a word (``<b>x y</b><i>z</i>`` where ``yz``
+  is one word) or when two siblings share a target word; the later element then wraps only
+  the first word of its run.
 - **Kept as written** (void elements, comments, ``<code>``...: ``Atom``): placed after the
   target word aligned to the source word before it (before the first word when none is), at the
   depth of tags there that matches the elements it was inside in the source.
@@ -62,15 +68,18 @@ def place_tags(
 
     Args:
         target: the translation's words.
-        alignment: (source word, target word) links, one per target word.
+        alignment: (source word, target word) links: at least one per target word, and a
+            target word may have several (``Translation.tag_links``).
         inline: the segment's inline elements, in the order of their start tags.
         atoms: what is kept as written, in source order.
     """
-    source_of = {j: i for i, j in alignment if 0 <= j < len(target)}
+    sources_of: dict[int, set[int]] = defaultdict(set)
     targets_of: dict[int, list[int]] = defaultdict(list)
-    for j in sorted(source_of):
-        targets_of[source_of[j]].append(j)
-    spans = element_spans(len(target), source_of, targets_of, inline)
+    for i, j in sorted(alignment, key=lambda link: (link[1], link[0])):
+        if 0 <= j < len(target):
+            sources_of[j].add(i)
+            targets_of[i].append(j)
+    spans = element_spans(len(target), sources_of, targets_of, inline)
     at: dict[int, list[Atom]] = defaultdict(list)
     for atom in atoms:
         at[_boundary(atom.after, targets_of)].append(atom)
@@ -78,14 +87,15 @@ def place_tags(
 
 
 def element_spans(
-    n: int, source_of: dict[int, int], targets_of: dict[int, list[int]], inline: list[Inline]
-) -> list[tuple[int, int] | None]:
+    n: int, sources_of: dict[int, set[int]], targets_of: dict[int, list[int]],
+    inline: list[Inline],
+) -> list[tuple[int, int] | None]:  # fmt: skip
     """Each element's target words as (first, last), inclusive; None when there are no target
     words at all."""
     spans: list[tuple[int, int] | None] = []
     for element in inline:
         mine = set(element.words)
-        covered = [j for j in range(n) if source_of.get(j) in mine]
+        covered = [j for j in range(n) if sources_of.get(j, set()) & mine]
         span = _longest_run(covered) if covered else _nearest(element.words, targets_of)
         if span is not None and any(_cross(span, other) for other in spans if other):
             span = (span[0], span[0])  # one word never crosses a span

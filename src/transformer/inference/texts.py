@@ -113,6 +113,7 @@ class SentenceOut:
     confidence: Confidence | None = None
     alignment: list[tuple[int, int]] | None = None
     split: str = ""  # how it was split to fit the model ("": it was not)
+    tag_links: list[tuple[int, int]] | None = None  # what tags are put back by (Translation)
     plain: tuple[str, str] | None = None  # with markup: (source, text) without their tags
 
 
@@ -148,7 +149,8 @@ def put_back(
             conf = _joined_confidence(found[k : k + n]) if found is not None else None
             out = SentenceOut(source, " ".join(x.text for x in parts if x.text),
                               sum(x.score for x in parts), line, conf,
-                              _joined_alignment(f.parts, parts), f.how)  # fmt: skip
+                              _joined_alignment(f.parts, parts), f.how,
+                              _joined_alignment(f.parts, parts, "tag_links"))  # fmt: skip
             if flag_below is not None and conf is not None:
                 out.text = flagged(out.text, conf.words, flag_below)
             sentences.append(out)
@@ -175,7 +177,8 @@ def _mark_up(out: TextOut, marked: Marked, alignment: bool) -> None:
     """A translated text's sentences, paragraphs and whole with the tags put back; each
     sentence keeps its plain source and text (what its words and alignment count)."""
     sentences = out.sentences if marked.segments else []
-    found = marked.put_back([(s.text, s.alignment or []) for s in sentences])
+    found = marked.put_back([(s.text, (s.alignment if s.tag_links is None else s.tag_links) or [])
+                             for s in sentences])  # fmt: skip
     for k, s in enumerate(sentences):
         s.plain = (s.source, s.text)
         s.source, s.text = marked.source_of(k), found[k]
@@ -197,13 +200,17 @@ def _joined_confidence(parts: list[Confidence]) -> Confidence:
     return Confidence(sum(c.log_prob for c in parts), words)
 
 
-def _joined_alignment(sources: list[str], parts: list[Translation]) -> list[tuple[int, int]] | None:
-    """The parts' alignments as one: each part's words counted after the earlier parts'."""
-    if any(x.alignment is None for x in parts):
+def _joined_alignment(
+    sources: list[str], parts: list[Translation], field: str = "alignment"
+) -> list[tuple[int, int]] | None:
+    """The parts' alignments (or ``tag_links``) as one: each part's words counted after the
+    earlier parts'."""
+    found = [getattr(x, field) for x in parts]
+    if any(links is None for links in found):
         return None
     links, src_at, tgt_at = [], 0, 0
-    for source, x in zip(sources, parts, strict=True):
-        links += [(i + src_at, j + tgt_at) for i, j in x.alignment or []]
+    for source, x, mine in zip(sources, parts, found, strict=True):
+        links += [(i + src_at, j + tgt_at) for i, j in mine]
         src_at += len(source.split())
         tgt_at += len(x.text.split())
     return links

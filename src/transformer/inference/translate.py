@@ -177,6 +177,10 @@ class Translation:
     score: float  # length-penalised log-probability (beam) or log-probability (greedy, sampling)
     tokens: list[int]
     alignment: list[tuple[int, int]] | None = None  # (source word, target word), when asked
+    # the alignment and a link for each source word that no target word chose (to the target
+    # word it scores highest with): what tags are put back by (alignment.word_alignment);
+    # None: the alignment alone
+    tag_links: list[tuple[int, int]] | None = None
 
 
 @dataclass
@@ -321,4 +325,6 @@ def _translation(
         return Translation(text, h.score, h.tokens)
     src_pieces = [tokenizers.src.id_to_piece(i) for i in source[:-1]]  # without </s>
     tgt_pieces = [tokenizers.tgt.id_to_piece(i) for i in h.tokens]
-    return Translation(text, h.score, h.tokens, word_alignment(h.attention, src_pieces, tgt_pieces))
+    links = word_alignment(h.attention, src_pieces, tgt_pieces)
+    covering = word_alignment(h.attention, src_pieces, tgt_pieces, cover_source=True)
+    return Translation(text, h.score, h.tokens, links, covering)
