@@ -216,8 +216,7 @@ def word_alignment(
     links = [(i, j) for j, i in enumerate(best)]
     if cover_source:
         chosen = set(best)
-        links += [(i, int(both[:, i].argmax())) for i in range(n_src)
-                  if i not in chosen]
+        links += [(i, int(both[:, i].argmax())) for i in range(n_src) if i not in chosen]
         links.sort(key=lambda link: (link[1], link[0]))
     return links
 
