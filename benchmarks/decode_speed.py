@@ -47,6 +47,10 @@ class HoldBackEos(nn.Module):
             self.output.bias.copy_(final.bias if final.bias is not None else 0.0)
             self.output.bias[EOS_ID] -= 1e4
 
+    @property
+    def beams_share_memory(self) -> bool:
+        return self.model.beams_share_memory
+
     def encode(self, src_ids: Tensor) -> tuple[Tensor, Tensor]:
         return self.model.encode(src_ids)
 

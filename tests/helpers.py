@@ -199,7 +199,8 @@ class StubCache:
         assert self.prefix is not None
         self.prefix = self.prefix.index_select(0, index)
 
-    keep = reorder
+    def keep(self, index: Tensor, sentences: Tensor) -> None:
+        self.reorder(index)
 
 
 class Stub(EncoderDecoder):

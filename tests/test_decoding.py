@@ -92,7 +92,7 @@ def test_cached_logits_equal_full_prefix_logits_step_by_step(name, capacity, mon
                 tgt = torch.cat([tgt[index, : t + 1], tgt[:, t + 1 :]], dim=1)
             if t == 5:  # sentence 0 has finished and leaves the batch
                 index = torch.tensor([2, 3])
-                cache.keep(index)
+                cache.keep(index, index)
                 tgt, memory, src_mask = tgt[index], memory[index], src_mask[index]
         assert cache.length == tgt.size(1)
 
@@ -116,6 +116,32 @@ def test_cached_and_uncached_search_agree(search, make_model):
 
 
 # --- Searches on a random model --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_beams_that_share_their_sentence_encoder_output_find_what_k_copies_find(use_cache):
+    model, src = varied(), padded(SENTENCES)
+    search = DC(beam_size=4, nbest=3, max_len_b=12)
+    shared = beam_search(model, src, search, use_cache=use_cache)
+    model.beams_share_memory = False  # the encoder output copied into every beam's row
+    copied = beam_search(model, src, search, use_cache=use_cache)
+    assert_same(shared, copied, tol=1e-5)
+
+
+def test_a_decoder_layer_folds_k_rows_of_queries_over_one_row_of_memory():
+    layer = varied().decoder.layers[0]
+    N, K, T, S, D = 3, 4, 5, 7, layer.self_attn.w_q.in_features
+    x, memory = torch.randn(N * K, T, D), torch.randn(N, S, D)
+    src_mask = torch.ones(N, 1, 1, S, dtype=torch.bool)
+    src_mask[1, ..., 4:] = False  # sentence 1 is shorter: its beams must not read its padding
+    with torch.no_grad():
+        folded, w_folded = layer(x, memory, None, src_mask, need_weights=True)
+        copies = memory.repeat_interleave(K, dim=0), src_mask.repeat_interleave(K, dim=0)
+        each, w_each = layer(x, copies[0], None, copies[1], need_weights=True)
+    torch.testing.assert_close(folded, each, rtol=1e-4, atol=1e-4)  # fused kernels, other blocks
+    assert w_folded.cross_attention.shape == w_each.cross_attention.shape == (N * K, 4, T, S)
+    assert (w_folded.cross_attention - w_each.cross_attention).abs().max() < 1e-6
+    assert w_folded.cross_attention[K : 2 * K, ..., 4:].abs().max() == 0
 
 
 @pytest.mark.parametrize("use_cache", [True, False])

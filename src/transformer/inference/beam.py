@@ -119,7 +119,7 @@ def _beam_search(
         # The 2K best of each beam's tokens hold the 2K best candidates of its sentence.
         if step == 0:  # the K beams are the same <s> so far: decoded once, then copied
             found = batch.next_best(2 * K, at_limit)  # (B, 2K)
-            batch.select(beams_of, same_sentences=False)  # cache and encoder output too
+            batch.select(beams_of)  # each sentence's row copied into its K beams
             log_probs, tokens = found.log_probs.repeat_interleave(K, dim=0), found.tokens
             tokens = tokens.repeat_interleave(K, dim=0)  # (B·K, 2K) each
         else:
@@ -164,11 +164,10 @@ def _beam_search(
                 break
             running, beam_log_probs = running[alive], beam_log_probs[alive]
             rows, token = rows[alive], token[alive]
-            # Rows may move between beams of a sentence too: their encoder-decoder entries are
-            # the same, so ``keep`` with the beam rows reorders and drops in one go.
-            batch.select(rows.flatten(), same_sentences=False)
+            # The beam rows reorder and drop in one go; the sentences that stay keep theirs.
+            batch.select(rows.flatten(), alive)
         else:
-            batch.select(rows.flatten(), same_sentences=True)
+            batch.select(rows.flatten())
         batch.append(token.flatten())
     return finished
 

@@ -121,7 +121,7 @@ def _search(
         log_probs = batch.next_log_probs()  # (N·K, V); (B, V) at step 0
         if step == 0:
             log_probs = log_probs.repeat_interleave(K, dim=0)  # (B·K, V)
-            batch.select(beams_of, same_sentences=False)
+            batch.select(beams_of)
         V = log_probs.size(-1)
         at_limit = max_lens[running].le(step).repeat_interleave(K)  # (N·K,)
         unmet = torch.tensor([not s.done for beams in states for s in beams], device=device)
@@ -177,9 +177,9 @@ def _search(
             running, beam_log_probs = running[alive], beam_log_probs[alive]
             rows, token = rows[alive], token[alive]
             states = [states[i] for i in alive.tolist()]
-            batch.select(rows.flatten(), same_sentences=False)
+            batch.select(rows.flatten(), alive)
         else:
-            batch.select(rows.flatten(), same_sentences=True)
+            batch.select(rows.flatten())
         batch.append(token.flatten())
     return [[h for _, h in found] for found in finished]
 

@@ -73,7 +73,7 @@ def _search_one_path(
             rest = (~done).nonzero().squeeze(1)
             if rest.numel() == 0:
                 break
-            batch.select(rest, same_sentences=False)
+            batch.select(rest, rest)
             running, log_prob, next_tokens = running[rest], log_prob[rest], next_tokens[rest]
         batch.append(next_tokens)
     return [results[i] for i in range(src_ids.size(0))]  # EOS is forced at the limit

@@ -212,9 +212,14 @@ class RunningBatch:
         """``longest``: the most tokens an output may have (0: not known), which the cache
         makes room for."""
         self.model = model
-        self.memory, self.src_mask = memory, src_mask  # (rows, S, D), (rows, 1, 1, S)
+        # (sentences or rows, S, D), (sentences or rows, 1, 1, S): see ``shared``
+        self.memory, self.src_mask = memory, src_mask
         # a compiled step where ``compile_decoding`` made one (compiled.py), over its fixed cache
         self.step = compiled_step(model) if use_cache else None
+        # The beams of a sentence read the same encoder output: where the model can (its
+        # ``beams_share_memory``; not in a compiled step), the encoder output, its mask and the
+        # cached encoder-decoder keys and values stay one row per sentence, not one per beam.
+        self.shared = model.beams_share_memory and self.step is None
         self.cache: Cache | None = None
         if self.step is not None:
             self.cache = fixed_cache(model, longest)
@@ -264,21 +269,28 @@ class RunningBatch:
         """Adds one token (rows,) to every prefix."""
         self.tokens = torch.cat([self.tokens, next_tokens[:, None]], dim=1)  # (rows, t+1)
 
-    def select(self, rows: Tensor, same_sentences: bool) -> None:
-        """Row i continues old row ``rows[i]``.
+    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Row i continues old row ``rows[i]``; ``sentences``: the running sentences that stay
+        (their indices, in order), None when they all do (a beam reordering within each
+        sentence, or a sentence's first row copied into its beams).
 
-        ``same_sentences``: every row stays within its sentence (beam reordering), so the
-        encoder output and the cached encoder-decoder keys/values need not move. Otherwise they
-        move too (``cache.keep``): rows of finished sentences leave the batch.
+        What is kept per sentence (``shared``) moves only when sentences leave; what is kept
+        per row moves with the rows (the encoder output only when the rows change sentences).
         """
         self.tokens = self.tokens.index_select(0, rows)
         if self.prefix is not None:
             self.prefix = self.prefix.index_select(0, rows)
-        if same_sentences:
-            if self.cache is not None:
-                self.cache.reorder(rows)
+        if self.shared:
+            moved = sentences
+        else:
+            same = sentences is None and rows.numel() == self.memory.size(0)
+            moved = None if same else rows
+        if moved is not None:
+            self.memory = self.memory.index_select(0, moved)
+            self.src_mask = self.src_mask.index_select(0, moved)
+        if self.cache is None:
             return
-        self.memory = self.memory.index_select(0, rows)
-        self.src_mask = self.src_mask.index_select(0, rows)
-        if self.cache is not None:
-            self.cache.keep(rows)
+        if moved is None:
+            self.cache.reorder(rows)
+        else:
+            self.cache.keep(rows, moved)

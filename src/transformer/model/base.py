@@ -46,8 +46,10 @@ class Cache(Protocol):
     def reorder(self, index: Tensor) -> None:
         """Row i continues row ``index[i]`` of the same sentence (beam search)."""
 
-    def keep(self, index: Tensor) -> None:
-        """Only rows ``index`` stay (the other sentences have finished)."""
+    def keep(self, index: Tensor, sentences: Tensor) -> None:
+        """Only rows ``index`` stay (the other sentences have finished); what is kept per
+        source moves by ``sentences`` (one per row, or one per sentence where the model's
+        ``beams_share_memory``)."""
 
 
 class EncoderDecoder(nn.Module, ABC):
@@ -120,6 +122,11 @@ class EncoderDecoder(nn.Module, ABC):
     def encodes_positions(self) -> bool:
         """Whether word order enters through positional encodings added to the embeddings
         (§3.5) rather than through a recurrence."""
+
+    # Whether ``decode`` takes an encoder output with one row per sentence for a decoder input
+    # with K rows per sentence (beam search's beams, rows n·K..n·K+K-1 of sentence n), so that
+    # a search need not copy the encoder output and its cached keys and values K times.
+    beams_share_memory: bool = False
 
     @property
     @abstractmethod

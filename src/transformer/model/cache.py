@@ -101,8 +101,11 @@ class LayerCache:
             grown[:, : self.rows, :, : self.length] = self._kv[:, : self.rows, :, : self.length]
         self._kv = grown
 
-    def select(self, index: Tensor, cross: bool, spare: Tensor | None) -> Tensor | None:
-        """Keeps rows ``index`` of the batch (beam reordering; dropping finished sentences).
+    def select(
+        self, index: Tensor, sentences: Tensor | None, spare: Tensor | None
+    ) -> Tensor | None:
+        """Keeps rows ``index`` of the batch (beam reordering; dropping finished sentences),
+        and the encoder-decoder rows ``sentences`` (None: all, as they are).
 
         The self-attention rows are gathered into ``spare`` (a buffer of the same shape, or
         None: a new one), which becomes this layer's; the old buffer is returned, to be the
@@ -115,8 +118,8 @@ class LayerCache:
             used = old[:, : self.rows, :, : self.length]  # (2, B, H, t, Dh)
             torch.index_select(used, 1, index, out=spare[:, :n, :, : self.length])
             self._kv, self.rows = spare, n
-        if cross and self._cross is not None:
-            self._cross = self._cross.index_select(1, index)
+        if sentences is not None and self._cross is not None:
+            self._cross = self._cross.index_select(1, sentences)
         return old
 
     def allocate(self, rows: int, heads: int, d_head: int, like: Tensor) -> None:
@@ -213,12 +216,14 @@ class DecoderCache:
         Only the self-attention entries move; the encoder-decoder ones are the same for every
         beam of a sentence, so they stay as they are.
         """
-        self._select(index, cross=False)
+        self._select(index, None)
 
-    def keep(self, index: Tensor) -> None:
-        """Keeps only the batch rows ``index`` (e.g. the sentences that are not finished)."""
-        self._select(index, cross=True)
+    def keep(self, index: Tensor, sentences: Tensor) -> None:
+        """Keeps only the batch rows ``index`` (e.g. the sentences that are not finished), and
+        the encoder-decoder entries ``sentences`` (one per row, or one per sentence when the
+        beams of a sentence share them)."""
+        self._select(index, sentences)
 
-    def _select(self, index: Tensor, cross: bool) -> None:
+    def _select(self, index: Tensor, sentences: Tensor | None) -> None:
         for layer in self.layers:
-            self._spare = layer.select(index, cross, self._spare)
+            self._spare = layer.select(index, sentences, self._spare)

@@ -110,7 +110,13 @@ class DecoderLayer(nn.Module):
         cache: LayerCache | FixedSlots | None,
         need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
-        """Encoder-decoder attention: queries from x, keys and values from memory, then dropout."""
+        """Encoder-decoder attention: queries from x, keys and values from memory, then dropout.
+
+        x may hold K rows per row of memory (beam search's beams, rows n·K..n·K+K-1 for
+        sentence n): the K rows' queries then go into one row, (N, K·T, D), over the sentence's
+        keys and values, computed and cached once. Each query's attention is its own (the
+        softmax runs over the keys of its row), so this is the same maths as K copies.
+        """
         if cache is None:
             keys, values = self.cross_attn.project_kv(memory, memory)  # (B, H, S, Dh)
         else:
@@ -119,8 +125,14 @@ class DecoderLayer(nn.Module):
                 cache.set_cross(*self.cross_attn.project_kv(memory, memory))  # (B, H, S, Dh)
             keys, values = cache.cross_keys, cache.cross_values
             assert keys is not None and values is not None
-        attended, weights = self.cross_attn.attend(x, keys, values, mask, need_weights)
-        return self.dropout(attended), weights
+        rows, T, D = x.shape
+        beams = rows // keys.size(0)  # K rows of x per sentence; 1 without beams to fold
+        folded = x.reshape(rows // beams, beams * T, D)  # (N, K·T, D)
+        step = cache is not None and beams > 1  # each beam's new position: K queries a row
+        attended, weights = self.cross_attn.attend(folded, keys, values, mask, need_weights, step)
+        if weights is not None and beams > 1:  # (N, H, K·T, S) -> (N·K, H, T, S)
+            weights = weights.unflatten(2, (beams, T)).transpose(1, 2).flatten(0, 1)
+        return self.dropout(attended.reshape(rows, T, D)), weights
 
     def _feed_forward(self, x: Tensor) -> Tensor:
         """Feed-forward, then dropout."""

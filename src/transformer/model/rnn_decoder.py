@@ -61,13 +61,14 @@ class RNNState:
         if self.feed is not None:
             self.feed = self.feed.index_select(0, index)
 
-    def keep(self, index: Tensor) -> None:
-        """Keeps only the batch rows ``index`` (e.g. the sentences that are not finished)."""
+    def keep(self, index: Tensor, sentences: Tensor) -> None:
+        """Keeps only the batch rows ``index`` (e.g. the sentences that are not finished); the
+        per-source entries move by ``sentences`` (one per row: the RNN's beams do not share)."""
         self.reorder(index)
         if self.keys is not None:
-            self.keys = self.keys.index_select(0, index)
+            self.keys = self.keys.index_select(0, sentences)
         if self.context is not None:
-            self.context = self.context.index_select(0, index)
+            self.context = self.context.index_select(0, sentences)
 
 
 def _select_hidden(hidden: Hidden | None, index: Tensor) -> Hidden | None:

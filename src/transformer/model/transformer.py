@@ -30,6 +30,7 @@ class Transformer(EncoderDecoder):
 
     attention_kinds = ATTENTION_KINDS
     encodes_positions = True
+    beams_share_memory = True  # the decoder's encoder-decoder attention folds the beams
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
