@@ -11,7 +11,9 @@ One run compares, on the same model and the same sentences, greedy search and be
   inference/parallel.py); ``torch-serial``: one batch at a time on all the threads;
   ``torch-compiled``: with ``runtime.compile`` (inference/compiled.py: one batch at a time,
   compiled during the warm-up, whose seconds the table gives);
-  ``torch-nocache``: that without the cache;
+  ``torch-nocache``: that without the cache; ``torch-copies``: ``torch`` with the encoder output
+  and its keys and values copied into every beam's row, as before beams shared them
+  (``EncoderDecoder.beams_share_memory``);
 - ``ct2-float32`` and ``ct2-int8``: the model exported with ``transformer.export`` and run with
   the ctranslate2 engine's option mapping (patience 2; a batch per thread at once, batches cut
   as ours are); ``ct2-int8-p1``: int8 with CTranslate2's default patience 1, to show what
@@ -80,6 +82,7 @@ ENGINES = [
     "torch-compiled",
     "torch-serial",
     "torch-nocache",
+    "torch-copies",
     "ct2-float32",
     "ct2-int8",
     "ct2-int8-p1",
@@ -173,6 +176,8 @@ def _runner(args: argparse.Namespace, decode: DecodeConfig):
     """A function that translates sentences (source ids) and returns the best output ids."""
     if args.engine.startswith("torch"):
         model = torch_model(args)
+        if args.engine == "torch-copies":
+            model.beams_share_memory = False
         if args.engine == "torch-compiled":  # the model itself, not a wrapper, is compiled
             if args.setting == "fixed":
                 hold_back_eos(model)
@@ -184,7 +189,8 @@ def _runner(args: argparse.Namespace, decode: DecodeConfig):
         # (parallel.py); the others one batch at a time on all the threads
         runtime = RuntimeConfig(threads=args.threads, compile=args.engine == "torch-compiled")
         threads = decode_threads(runtime, torch.device("cpu"))
-        threads = threads if args.engine in ("torch", "torch-compiled") else DecodeThreads()
+        at_once = ("torch", "torch-compiled", "torch-copies")
+        threads = threads if args.engine in at_once else DecodeThreads()
 
         def run(sentences: list[list[int]]) -> list[list[int]]:
             found = translate_ids(model, sentences, decode, cache, threads=threads)
