@@ -22,9 +22,12 @@ A forced prefix (``constraints.py``) leaves one candidate per beam while it last
 0 (the prefix) stays finite, as at the first step; the K beams fan out after it.
 
 The running batch holds N·K rows: row n·K + k is beam k of running sentence n (the first step,
-where every beam is the same <s>, runs once per sentence and is then copied). Reordering beams
-moves only the cached self-attention keys/values (``cache.reorder``); a finished sentence's rows
-leave the batch (``cache.keep``), encoder-decoder entries included.
+where every beam is the same <s>, runs once per sentence and is then copied). The encoder output
+and the encoder-decoder keys/values stay one per sentence: the decoder folds a sentence's K
+beams into one row of its cross-attention (``model.beams_share_memory``; the RNN copies them
+into every beam's row instead). Reordering beams moves only the cached self-attention
+keys/values (``cache.reorder``); a finished sentence's rows leave the batch, and its
+encoder-decoder entries with them (``cache.keep``).
 
 Shapes: B batch, N sentences still running, K beams, V target vocabulary, S source length.
 """
