@@ -9,7 +9,7 @@ from transformer.config import RuntimeConfig
 from transformer.data.batching import encode_source
 from transformer.data.corpora import load_splits
 from transformer.errors import UserError
-from transformer.inference.alignment import pharaoh, word_alignment, word_of_pieces
+from transformer.inference.alignment import pharaoh, word_alignment, word_links, word_of_pieces
 from transformer.inference.engine import load_torch_engine
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -65,7 +65,7 @@ def test_a_source_word_nobody_reads_gets_no_link():
     assert word_alignment(attention, ["▁a", "▁and", "▁c"], ["▁x", "▁y"]) == [(0, 0), (2, 1)]
 
 
-def test_cover_source_links_each_source_word_no_target_word_chose_to_its_best_one():
+def test_word_links_link_each_source_word_no_target_word_chose_to_its_best_one():
     # "cent" reads "and" most, so "hundred" gets no link; its column says "cent"
     attention = torch.tensor([
         [0.9, 0.05, 0.05, 0.0],  # sept: seven
@@ -74,7 +74,7 @@ def test_cover_source_links_each_source_word_no_target_word_chose_to_its_best_on
     ])  # fmt: skip
     src, tgt = ["▁seven", "▁hundred", "▁and"], ["▁sept", "▁cent"]
     assert word_alignment(attention, src, tgt) == [(0, 0), (2, 1)]
-    assert word_alignment(attention, src, tgt, cover_source=True) == [(0, 0), (1, 1), (2, 1)]
+    assert word_links(attention, src, tgt) == ([(0, 0), (2, 1)], [(1, 1)])
 
 
 def test_every_link_is_within_the_word_counts_on_both_engines(numbers_model):

@@ -174,7 +174,7 @@ def test_an_element_whose_words_got_no_target_word_wraps_the_nearest_one():
 
 
 def test_a_source_word_no_target_word_chose_still_takes_its_tag_to_its_best_word():
-    # "cent" chose "and"; "hundred" is linked to "cent" only by cover_source's link
+    # "cent" chose "and"; "hundred" is linked to "cent" only by word_links' second list
     i = Inline("<i>", "</i>", [0, 1], frozenset())
     alignment = [(0, 0), (2, 1)]
     assert place_tags(["sept", "cent"], alignment, [i], []) == "<i>sept</i> cent"

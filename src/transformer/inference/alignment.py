@@ -179,24 +179,28 @@ def word_count(words: list[int | None]) -> int:
     return 1 + max((w for w in words if w is not None), default=-1)
 
 
-def word_alignment(
-    attention: Tensor, src_pieces: list[str], tgt_pieces: list[str], cover_source: bool = False
-) -> list:
+def word_alignment(attention: Tensor, src_pieces: list[str], tgt_pieces: list[str]) -> list:
     """Hard word links (i, j) from one hypothesis' attention, one per target word, by j.
 
     Args:
         attention: (len(tgt_pieces) + 1, len(src_pieces) + 1): rows the steps that produced
             each target piece and </s>, columns the source pieces and </s>.
         src_pieces, tgt_pieces: the pieces, without </s>.
-        cover_source: also link each source word that no target word chose to the target
-            word it scores highest with (the same product, down its column), so that every
-            source word has a link: what tags need (``tag_placement.py``), not what
-            ``--decode.alignment`` prints.
     """
+    return word_links(attention, src_pieces, tgt_pieces)[0]
+
+
+def word_links(
+    attention: Tensor, src_pieces: list[str], tgt_pieces: list[str]
+) -> tuple[list, list]:
+    """The hard word links (i, j) of ``word_alignment`` (one per target word, by j), and a link
+    for each source word that no target word chose, to the target word it scores highest
+    with (the same product, down its column): with them every source word has a link, what
+    tags need (``tag_placement.py``), not what ``--decode.alignment`` prints."""
     src_words, tgt_words = word_of_pieces(src_pieces), word_of_pieces(tgt_pieces)
     n_src, n_tgt = word_count(src_words), word_count(tgt_words)
     if not n_src or not n_tgt:
-        return []
+        return [], []
     weights = attention[: len(tgt_pieces), : len(src_pieces)].float()  # </s> row and column out
     to_src = torch.zeros(len(src_pieces), n_src)  # (S, source words): piece -> its word
     for k, w in enumerate(src_words):
@@ -213,12 +217,9 @@ def word_alignment(
     target_given_source = by_word / by_word.sum(dim=0, keepdim=True).clamp(min=tiny)  # P(j | i)
     both = source_given_target * target_given_source  # (target words, source words)
     best = both.argmax(dim=1).tolist()
-    links = [(i, j) for j, i in enumerate(best)]
-    if cover_source:
-        chosen = set(best)
-        links += [(i, int(both[:, i].argmax())) for i in range(n_src) if i not in chosen]
-        links.sort(key=lambda link: (link[1], link[0]))
-    return links
+    chosen = set(best)
+    uncovered = [(i, int(both[:, i].argmax())) for i in range(n_src) if i not in chosen]
+    return [(i, j) for j, i in enumerate(best)], uncovered
 
 
 def pharaoh(pairs: list[tuple[int, int]]) -> str:

@@ -6,7 +6,7 @@ The rules, each chosen so that the output is well-formed and holds every tag exa
 - **Words**: a target word takes the tags of the source words it is linked to; an element's
   target words are those linked to any of its source words. The links are the alignment (one
   source word per target word) and, for each source word no target word chose, a link to the
-  target word it scores highest with (``word_alignment(..., cover_source=True)``): "cent" chose
+  target word it scores highest with (``alignment.word_links``): "cent" chose
   "and" in "four hundred and six", so without it a tag around "hundred" had no word.
 - **One span per element**: an element wraps the longest run of adjacent target words among
   its target words (the first, when two runs are as long); its other target words, if the
@@ -16,8 +16,8 @@ The rules, each chosen so that the output is well-formed and holds every tag exa
   tags nest properly. (A target word linked to two source words can be in two elements that
   are siblings in the source: their runs then nest, or cross and are cut as below.)
 - **No target word**: an element none of whose source words got a target word (links given
-  without ``cover_source``) wraps the one target word aligned to the nearest source word that
-  has one.
+  without ``word_links``' second list) wraps the one target word aligned to the nearest
+  source word that has one.
 - **Crossing**: runs can cross when tags split a word (``<b>x y</b><i>z</i>`` where ``yz``
   is one word) or when two siblings share a target word; the later element then wraps only
   the first word of its run.

@@ -32,7 +32,7 @@ from ..data.tokenizer import Tokenizers
 from ..errors import BadValue, UserError
 from ..model.base import EncoderDecoder
 from ..vocab import PAD_ID
-from .alignment import attach_attention, attach_masking, word_alignment, word_of_pieces
+from .alignment import attach_attention, attach_masking, word_links, word_of_pieces
 from .beam import beam_search
 from .constrained_beam import Terms, constrained_beam_search
 from .glossary import Glossary, count_occurrences
@@ -178,7 +178,7 @@ class Translation:
     tokens: list[int]
     alignment: list[tuple[int, int]] | None = None  # (source word, target word), when asked
     # the alignment and a link for each source word that no target word chose (to the target
-    # word it scores highest with): what tags are put back by (alignment.word_alignment);
+    # word it scores highest with): what tags are put back by (alignment.word_links);
     # None: the alignment alone
     tag_links: list[tuple[int, int]] | None = None
 
@@ -325,6 +325,5 @@ def _translation(
         return Translation(text, h.score, h.tokens)
     src_pieces = [tokenizers.src.id_to_piece(i) for i in source[:-1]]  # without </s>
     tgt_pieces = [tokenizers.tgt.id_to_piece(i) for i in h.tokens]
-    links = word_alignment(h.attention, src_pieces, tgt_pieces)
-    covering = word_alignment(h.attention, src_pieces, tgt_pieces, cover_source=True)
-    return Translation(text, h.score, h.tokens, links, covering)
+    links, uncovered = word_links(h.attention, src_pieces, tgt_pieces)
+    return Translation(text, h.score, h.tokens, links, links + uncovered)
