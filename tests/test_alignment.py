@@ -65,8 +65,8 @@ def test_a_source_word_nobody_reads_gets_no_link():
     assert word_alignment(attention, ["▁a", "▁and", "▁c"], ["▁x", "▁y"]) == [(0, 0), (2, 1)]
 
 
-def test_word_links_link_each_source_word_no_target_word_chose_to_its_best_one():
-    # "cent" reads "and" most, so "hundred" gets no link; its column says "cent"
+def test_word_links_give_each_source_word_its_best_target_word_too():
+    # "cent" reads "and" most, so no target word chose "hundred"; its column says "cent"
     attention = torch.tensor([
         [0.9, 0.05, 0.05, 0.0],  # sept: seven
         [0.0, 0.35, 0.6, 0.05],  # cent: and, then hundred
@@ -74,7 +74,16 @@ def test_word_links_link_each_source_word_no_target_word_chose_to_its_best_one()
     ])  # fmt: skip
     src, tgt = ["▁seven", "▁hundred", "▁and"], ["▁sept", "▁cent"]
     assert word_alignment(attention, src, tgt) == [(0, 0), (2, 1)]
-    assert word_links(attention, src, tgt) == ([(0, 0), (2, 1)], [(1, 1)])
+    assert word_links(attention, src, tgt) == ([(0, 0), (2, 1)], [(0, 0), (1, 1), (2, 1)])
+    # "Zug" is chosen by "on" and by "train"; down its column "train" scores higher
+    attention = torch.tensor([
+        [0.2, 0.0, 0.8, 0.0],  # on
+        [0.0, 1.0, 0.0, 0.0],  # a: einem
+        [0.0, 0.0, 1.0, 0.0],  # train: Zug
+        [0.0, 0.0, 0.0, 1.0],  # </s>
+    ])  # fmt: skip
+    src, tgt = ["▁in", "▁einem", "▁Zug"], ["▁on", "▁a", "▁train"]
+    assert word_links(attention, src, tgt) == ([(2, 0), (1, 1), (2, 2)], [(0, 0), (1, 1), (2, 2)])
 
 
 def test_every_link_is_within_the_word_counts_on_both_engines(numbers_model):

@@ -173,17 +173,40 @@ def test_an_element_whose_words_got_no_target_word_wraps_the_nearest_one():
     assert place_tags([], [], [b], [Atom("<br/>", 0, frozenset())]) == "<b></b><br/>"
 
 
-def test_a_source_word_no_target_word_chose_still_takes_its_tag_to_its_best_word():
-    # "cent" chose "and"; "hundred" is linked to "cent" only by word_links' second list
-    i = Inline("<i>", "</i>", [0, 1], frozenset())
-    alignment = [(0, 0), (2, 1)]
-    assert place_tags(["sept", "cent"], alignment, [i], []) == "<i>sept</i> cent"
-    covering = [(0, 0), (1, 1), (2, 1)]
-    assert place_tags(["sept", "cent"], covering, [i], []) == "<i>sept cent</i>"
-    # siblings that share a target word: the later one nests in the earlier one's run
+def test_a_source_word_no_target_word_chose_lends_its_tag_only_to_an_element_with_no_word():
+    # "four hundred and seventy-eight": "cent" chose "hundred"; "and", chosen by nothing,
+    # covers "cent" (word_links' second list)
+    target, alignment, cover = (
+        ["quatre", "cent", "soixante-dix-huit"],
+        [(0, 0), (1, 1), (3, 2)],
+        [(2, 1)],
+    )
+    em = Inline("<em>", "</em>", [2, 3], frozenset())  # <em>and seventy-eight</em>
+    assert (
+        place_tags(target, alignment, [em], [], cover) == "quatre cent <em>soixante-dix-huit</em>"
+    )
+    b = Inline("<b>", "</b>", [2], frozenset())  # <b>and</b>: its only word is the covered one
+    assert place_tags(target, alignment, [b], [], cover) == "quatre <b>cent</b> soixante-dix-huit"
+    # siblings that share a target word, one by a covered link: the later nests in the earlier
+    i = Inline("<i>", "</i>", [0, 1], frozenset())  # <i>four hundred</i> <b>and</b>
+    out = place_tags(target, alignment, [i, b], [], cover)
+    assert out == "<i>quatre <b>cent</b></i> soixante-dix-huit"
+
+
+def test_of_runs_as_long_an_element_wraps_the_one_with_its_words_best_target_word():
+    # "in einem <b>Zug</b>" -> "on a train": "on" and "train" both chose "Zug", whose best
+    # target word (down its column) is "train"
     b = Inline("<b>", "</b>", [2], frozenset())
-    out = place_tags(["sept", "cent"], covering, [i, b], [])
-    assert out == "<i>sept <b>cent</b></i>"
+    alignment, best = [(2, 0), (1, 1), (2, 2)], [(0, 0), (1, 1), (2, 2)]
+    assert place_tags(["on", "a", "train"], alignment, [b], [], best) == "on a <b>train</b>"
+    assert place_tags(["on", "a", "train"], alignment, [b], []) == "<b>on</b> a train"
+
+
+def test_an_atom_after_an_end_tag_keeps_its_space():
+    code = Atom("<code>x</code>", 2, frozenset(), space_before=True)
+    b = Inline("<b>", "</b>", [2], frozenset())
+    out = place_tags(["a", "train."], [(1, 0), (2, 1)], [b], [code])
+    assert out == "a <b>train.</b> <code>x</code>"
 
 
 def test_a_void_element_goes_after_the_word_aligned_to_the_word_before_it():

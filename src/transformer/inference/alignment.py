@@ -193,10 +193,11 @@ def word_alignment(attention: Tensor, src_pieces: list[str], tgt_pieces: list[st
 def word_links(
     attention: Tensor, src_pieces: list[str], tgt_pieces: list[str]
 ) -> tuple[list, list]:
-    """The hard word links (i, j) of ``word_alignment`` (one per target word, by j), and a link
-    for each source word that no target word chose, to the target word it scores highest
-    with (the same product, down its column): with them every source word has a link, what
-    tags need (``tag_placement.py``), not what ``--decode.alignment`` prints."""
+    """The hard word links (i, j) of ``word_alignment`` (one per target word, by j), and each
+    source word's best target word (i, j), by i: the same product's largest down its column.
+    The second list gives a tag a place where the first has none: a source word that no
+    target word chose, and which of a word's target words is its own (``tag_placement.py``);
+    ``--decode.alignment`` prints the first."""
     src_words, tgt_words = word_of_pieces(src_pieces), word_of_pieces(tgt_pieces)
     n_src, n_tgt = word_count(src_words), word_count(tgt_words)
     if not n_src or not n_tgt:
@@ -216,10 +217,9 @@ def word_links(
     source_given_target = by_word / by_word.sum(dim=1, keepdim=True).clamp(min=tiny)  # P(i | j)
     target_given_source = by_word / by_word.sum(dim=0, keepdim=True).clamp(min=tiny)  # P(j | i)
     both = source_given_target * target_given_source  # (target words, source words)
-    best = both.argmax(dim=1).tolist()
-    chosen = set(best)
-    uncovered = [(i, int(both[:, i].argmax())) for i in range(n_src) if i not in chosen]
-    return [(i, j) for j, i in enumerate(best)], uncovered
+    best = both.argmax(dim=1).tolist()  # each target word's source word
+    best_target = both.argmax(dim=0).tolist()  # each source word's target word
+    return [(i, j) for j, i in enumerate(best)], [(i, j) for i, j in enumerate(best_target)]
 
 
 def pharaoh(pairs: list[tuple[int, int]]) -> str:

@@ -3,21 +3,26 @@ words align to (the hard word links of ``alignment.py``).
 
 The rules, each chosen so that the output is well-formed and holds every tag exactly once:
 
-- **Words**: a target word takes the tags of the source words it is linked to; an element's
-  target words are those linked to any of its source words. The links are the alignment (one
-  source word per target word) and, for each source word no target word chose, a link to the
-  target word it scores highest with (``alignment.word_links``): "cent" chose
-  "and" in "four hundred and six", so without it a tag around "hundred" had no word.
+- **Words**: an element's target words are those aligned to any of its source words (the
+  alignment: one source word per target word). An element with none of its own takes the
+  best target words of its source words (``alignment.word_links``' second list: each source
+  word's, down its column): a source word that no target word chose still has one. "cent"
+  chose "hundred" in "four hundred and seventy-eight", and "and", chosen by nothing, has
+  "cent" for its best: ``<b>and</b>`` alone wraps "cent", but ``<b>and seventy-eight</b>``
+  wraps "soixante-dix-huit" only, its own word. (Taking the best target words always, as well,
+  placed 51 of 59 elements of the numbers page right and 52 of 61 of the German one; only when
+  an element has no word of its own, 51 and 55: benchmarks/results/markup.md.)
 - **One span per element**: an element wraps the longest run of adjacent target words among
-  its target words (the first, when two runs are as long); its other target words, if the
-  translation put them apart, go without it. A tag is never repeated. Two elements that are not
-  nested in the source share no target word, so their runs never overlap; a child's run lies
-  inside its parent's words, so it nests in the parent's run or lies outside it. Either way the
-  tags nest properly. (A target word linked to two source words can be in two elements that
-  are siblings in the source: their runs then nest, or cross and are cut as below.)
-- **No target word**: an element none of whose source words got a target word (links given
-  without ``word_links``' second list) wraps the one target word aligned to the nearest
-  source word that has one.
+  its target words; of runs as long, the first that holds the best target word of one of its
+  source words ("Zug" in "in einem <b>Zug</b>" was chosen by "on" and by "train" of "on a
+  train", and its best is "train"), else the first. Its other target words, if the
+  translation put them apart, go without it. A tag is never repeated. Two elements that are
+  not nested in the source share no target word of their own, so their runs never overlap; a
+  child's run lies inside its parent's words, so it nests in the parent's run or lies outside
+  it. Either way the tags nest properly. (Siblings can share a target word when one of them
+  has only best target words: their runs then nest, or cross and are cut as below.)
+- **No target word**: an element none of whose source words has a target word (no second
+  list given) wraps the one target word aligned to the nearest source word that has one.
 - **Crossing**: runs can cross when tags split a word (``<b>x y</b><i>z</i>`` where ``yz``
   is one word) or when two siblings share a target word; the later element then wraps only
   the first word of its run.
@@ -61,25 +66,35 @@ class Atom:
 
 
 def place_tags(
-    target: list[str], alignment: list[tuple[int, int]], inline: list[Inline], atoms: list[Atom]
+    target: list[str],
+    alignment: list[tuple[int, int]],
+    inline: list[Inline],
+    atoms: list[Atom],
+    cover: tuple[tuple[int, int], ...] | list[tuple[int, int]] = (),
 ) -> str:
     """The target words joined by spaces (``<``, ``>``, ``&`` escaped) with every tag of
     ``inline`` and every ``atoms`` put back once, as the module docstring says.
 
     Args:
         target: the translation's words.
-        alignment: (source word, target word) links: at least one per target word, and a
-            target word may have several (``Translation.tag_links``).
+        alignment: (source word, target word) links, one per target word (a target word may
+            have several).
         inline: the segment's inline elements, in the order of their start tags.
         atoms: what is kept as written, in source order.
+        cover: (source word, target word): each source word's best target word
+            (``Translation.cover_links``); none: ``alignment`` alone.
     """
-    sources_of: dict[int, set[int]] = defaultdict(set)
-    targets_of: dict[int, list[int]] = defaultdict(list)
-    for i, j in sorted(alignment, key=lambda link: (link[1], link[0])):
-        if 0 <= j < len(target):
-            sources_of[j].add(i)
-            targets_of[i].append(j)
-    spans = element_spans(len(target), sources_of, targets_of, inline)
+    sources_of: dict[int, set[int]] = defaultdict(set)  # target word -> aligned to
+    covered_by: dict[int, set[int]] = defaultdict(set)  # target word -> best of
+    targets_of: dict[int, list[int]] = defaultdict(list)  # source word -> both kinds, in order
+    for links, into in ((alignment, sources_of), (cover, covered_by)):
+        for i, j in links:
+            if 0 <= j < len(target):
+                into[j].add(i)
+                targets_of[i].append(j)
+    for found in targets_of.values():
+        found.sort()
+    spans = element_spans(len(target), sources_of, targets_of, inline, covered_by)
     at: dict[int, list[Atom]] = defaultdict(list)
     for atom in atoms:
         at[_boundary(atom.after, targets_of)].append(atom)
@@ -88,34 +103,37 @@ def place_tags(
 
 def element_spans(
     n: int, sources_of: dict[int, set[int]], targets_of: dict[int, list[int]],
-    inline: list[Inline],
+    inline: list[Inline], covered_by: dict[int, set[int]],
 ) -> list[tuple[int, int] | None]:  # fmt: skip
     """Each element's target words as (first, last), inclusive; None when there are no target
-    words at all."""
+    words at all. ``sources_of``, ``covered_by``: target word -> the source words aligned to
+    it, whose best target word it is; ``targets_of``: source word -> its target words, of
+    either kind."""
     spans: list[tuple[int, int] | None] = []
     for element in inline:
         mine = set(element.words)
-        covered = [j for j in range(n) if sources_of.get(j, set()) & mine]
-        span = _longest_run(covered) if covered else _nearest(element.words, targets_of)
+        own = [j for j in range(n) if sources_of.get(j, set()) & mine]
+        best = [j for j in range(n) if covered_by.get(j, set()) & mine]
+        words = own or best
+        span = _longest_run(words, set(best)) if words else _nearest(element.words, targets_of)
         if span is not None and any(_cross(span, other) for other in spans if other):
             span = (span[0], span[0])  # one word never crosses a span
         spans.append(span)
     return spans
 
 
-def _longest_run(covered: list[int]) -> tuple[int, int]:
-    """The longest run of consecutive numbers in sorted ``covered`` (the first of equals)."""
-    best = start = covered[0]
-    best_end = previous = start
-    for j in covered[1:] + [None]:
-        if j is not None and j == previous + 1:
-            previous = j
-            continue
-        if previous - start > best_end - best:
-            best, best_end = start, previous
-        if j is not None:
-            start = previous = j
-    return best, best_end
+def _longest_run(words: list[int], best: set[int]) -> tuple[int, int]:
+    """The longest run of consecutive numbers in sorted ``words``; of runs as long, the first
+    that holds one of ``best``, else the first."""
+    runs: list[tuple[int, int]] = []
+    for j in words:
+        if runs and j == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], j)
+        else:
+            runs.append((j, j))
+    longest = max(last - first for first, last in runs)
+    runs = [run for run in runs if run[1] - run[0] == longest]
+    return next((run for run in runs if any(run[0] <= j <= run[1] for j in best)), runs[0])
 
 
 def _nearest(words: list[int], targets_of: dict[int, list[int]]) -> tuple[int, int] | None:
@@ -203,7 +221,7 @@ def _spaced(atoms: list[Atom], out: list[str], word_next: bool) -> list[str]:
     ends in one), and with the space it had after it when a word comes next."""
     found: list[str] = []
     for atom in atoms:
-        written = "".join(out[-1:] + found[-1:])
+        written = next((text for text in [*reversed(found), *reversed(out)] if text), "")
         before = " " if atom.space_before and written and not written.endswith(" ") else ""
         found.append(before + atom.text + (" " if atom.space_after and word_next else ""))
     return found

@@ -177,10 +177,9 @@ class Translation:
     score: float  # length-penalised log-probability (beam) or log-probability (greedy, sampling)
     tokens: list[int]
     alignment: list[tuple[int, int]] | None = None  # (source word, target word), when asked
-    # the alignment and a link for each source word that no target word chose (to the target
-    # word it scores highest with): what tags are put back by (alignment.word_links);
-    # None: the alignment alone
-    tag_links: list[tuple[int, int]] | None = None
+    # each source word's best target word (alignment.word_links), for the tags
+    # (tag_placement.py); None: not computed
+    cover_links: list[tuple[int, int]] | None = None
 
 
 @dataclass
@@ -325,5 +324,5 @@ def _translation(
         return Translation(text, h.score, h.tokens)
     src_pieces = [tokenizers.src.id_to_piece(i) for i in source[:-1]]  # without </s>
     tgt_pieces = [tokenizers.tgt.id_to_piece(i) for i in h.tokens]
-    links, uncovered = word_links(h.attention, src_pieces, tgt_pieces)
-    return Translation(text, h.score, h.tokens, links, links + uncovered)
+    links, best_targets = word_links(h.attention, src_pieces, tgt_pieces)
+    return Translation(text, h.score, h.tokens, links, best_targets)
