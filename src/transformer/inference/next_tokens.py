@@ -87,9 +87,10 @@ def _in_slices(hidden: Tensor, output: nn.Linear, k: int, at_limit: Tensor) -> N
     blocks of ``BLOCK`` words. Then the k best of the whole vocabulary come from the k blocks
     with the highest maxima (``best``'s rule), read out of the buffer, and are turned into
     log-probabilities. The best are chosen among the logits, which do not depend on the slicing
-    (ties go to the first, as ``argmax`` takes them). Per slice: a product and three passes
-    over its logits (maximum, exp-sum, block maxima), where ``log_softmax`` and ``topk`` on
-    every slice took 1.65 ms of a 16 ms greedy step (64 rows, V 8,000, one thread)."""
+    (ties go to the first, as ``argmax`` takes them). Per slice: a product and four passes
+    over its logits (block maxima; subtract the largest, exp, sum), where ``log_softmax`` and
+    ``topk`` on every slice took 1.65 ms of a 16 ms greedy step (64 rows, V 8,000, one
+    thread)."""
     weight, bias = output.weight, output.bias  # (V, D), (V,)
     V, N = output.out_features, hidden.size(0)
     slices = -(-V // SLICE)
