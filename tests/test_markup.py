@@ -174,22 +174,26 @@ def test_an_element_whose_words_got_no_target_word_wraps_the_nearest_one():
 
 
 def test_a_source_word_no_target_word_chose_lends_its_tag_only_to_an_element_with_no_word():
-    # "four hundred and seventy-eight": "cent" chose "hundred"; "and", chosen by nothing,
-    # covers "cent" (word_links' second list)
-    target, alignment, cover = (
+    # "four hundred and seventy-eight": "cent" chose "hundred"; "and", chosen by nothing, has
+    # "cent" for its best target word (word_links' second list)
+    target, alignment, best_targets = (
         ["quatre", "cent", "soixante-dix-huit"],
         [(0, 0), (1, 1), (3, 2)],
         [(2, 1)],
     )
     em = Inline("<em>", "</em>", [2, 3], frozenset())  # <em>and seventy-eight</em>
     assert (
-        place_tags(target, alignment, [em], [], cover) == "quatre cent <em>soixante-dix-huit</em>"
+        place_tags(target, alignment, [em], [], best_targets)
+        == "quatre cent <em>soixante-dix-huit</em>"
     )
-    b = Inline("<b>", "</b>", [2], frozenset())  # <b>and</b>: its only word is the covered one
-    assert place_tags(target, alignment, [b], [], cover) == "quatre <b>cent</b> soixante-dix-huit"
-    # siblings that share a target word, one by a covered link: the later nests in the earlier
+    b = Inline("<b>", "</b>", [2], frozenset())  # <b>and</b>: its only word is its best one
+    assert (
+        place_tags(target, alignment, [b], [], best_targets)
+        == "quatre <b>cent</b> soixante-dix-huit"
+    )
+    # siblings that share a target word, one by a best-target link: the later nests in the earlier
     i = Inline("<i>", "</i>", [0, 1], frozenset())  # <i>four hundred</i> <b>and</b>
-    out = place_tags(target, alignment, [i, b], [], cover)
+    out = place_tags(target, alignment, [i, b], [], best_targets)
     assert out == "<i>quatre <b>cent</b></i> soixante-dix-huit"
 
 

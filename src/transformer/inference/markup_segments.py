@@ -70,9 +70,11 @@ class Marked:
         """Each segment's translation (its text and its word alignment) with the segment's tags
         put back."""
         out = []
-        for segment, (text, alignment, cover) in zip(self.segments, translations, strict=True):
+        for segment, (text, alignment, best_targets) in zip(
+            self.segments, translations, strict=True
+        ):
             inline, atoms = self._tagged(segment)
-            out.append(place_tags(text.split(), alignment, inline, atoms, cover))
+            out.append(place_tags(text.split(), alignment, inline, atoms, best_targets))
         return out
 
     def assemble(self, marked: list[str], first: int = 0, last: int | None = None) -> str:

@@ -110,8 +110,8 @@ def _in_slices(hidden: Tensor, output: nn.Linear, k: int, at_limit: Tensor) -> N
         part = None if bias is None else bias[words]
         if direct and words.stop - words.start == SLICE:
             _linear_into(z, hidden, weight[words], part)
-        else:  # the last, shorter slice: its columns past V are -inf, chosen never
-            width = words.stop - words.start
+        else:  # through a new tensor (the last, shorter slice; autocast; gradients)
+            width = words.stop - words.start  # columns past V: -inf, chosen never
             z[:, :width] = F.linear(hidden, weight[words], part)
             z[:, width:] = float("-inf")
         block_max = z.view(N, -1, BLOCK).amax(dim=-1)  # (N, C / BLOCK)
@@ -125,7 +125,8 @@ def _in_slices(hidden: Tensor, output: nn.Linear, k: int, at_limit: Tensor) -> N
     log_normaliser = torch.stack(normalisers, dim=1).logsumexp(dim=1)  # (N,) over the slices
     value, tokens = _best_of_blocks(logits, torch.cat(maxima, dim=1), k)  # (N, k) each
     log_probs = value - log_normaliser[:, None]  # (N, k)
-    tokens = torch.where(tokens < V, tokens, PAD_ID)  # a -inf past V (k above the finite ones)
+    if V % SLICE:  # a -inf past V can be among the k when fewer than k logits are finite
+        tokens = torch.where(tokens < V, tokens, PAD_ID)
     rows = at_limit.nonzero().squeeze(1)  # (R,)
     if rows.numel():  # EOS only, at its own log-probability
         log_probs[rows] = float("-inf")
@@ -188,12 +189,8 @@ def best(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     if width <= 4 * k * BLOCK:  # too few columns for the blocks to pay
         return _top(scores, k)
     padded = F.pad(scores, (0, -width % BLOCK), value=float("-inf"))  # (N, C') whole blocks
-    blocks = padded.view(N, -1, BLOCK)  # (N, C'/BLOCK, BLOCK)
-    chosen = _top(blocks.amax(dim=-1), k)[1].sort(dim=-1).values  # (N, k) in column order
-    columns = chosen[:, :, None] * BLOCK + torch.arange(BLOCK, device=scores.device)  # (N, k, B)
-    candidates = blocks.gather(1, chosen[:, :, None].expand(N, k, BLOCK))  # (N, k, BLOCK)
-    value, at = _top(candidates.view(N, k * BLOCK), k)  # (N, k)
-    return value, columns.view(N, k * BLOCK).gather(1, at)
+    maxima = padded.view(N, -1, BLOCK).amax(dim=-1)  # (N, C'/BLOCK)
+    return _best_of_blocks(padded[None], maxima, k)  # one slice of C' columns
 
 
 def _top(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:

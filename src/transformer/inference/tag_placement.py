@@ -70,7 +70,7 @@ def place_tags(
     alignment: list[tuple[int, int]],
     inline: list[Inline],
     atoms: list[Atom],
-    cover: tuple[tuple[int, int], ...] | list[tuple[int, int]] = (),
+    best_targets: tuple[tuple[int, int], ...] | list[tuple[int, int]] = (),
 ) -> str:
     """The target words joined by spaces (``<``, ``>``, ``&`` escaped) with every tag of
     ``inline`` and every ``atoms`` put back once, as the module docstring says.
@@ -81,20 +81,20 @@ def place_tags(
             have several).
         inline: the segment's inline elements, in the order of their start tags.
         atoms: what is kept as written, in source order.
-        cover: (source word, target word): each source word's best target word
-            (``Translation.cover_links``); none: ``alignment`` alone.
+        best_targets: (source word, target word): each source word's best target word
+            (``Translation.best_targets``); none: ``alignment`` alone.
     """
     sources_of: dict[int, set[int]] = defaultdict(set)  # target word -> aligned to
-    covered_by: dict[int, set[int]] = defaultdict(set)  # target word -> best of
+    best_of: dict[int, set[int]] = defaultdict(set)  # target word -> the best target of
     targets_of: dict[int, list[int]] = defaultdict(list)  # source word -> both kinds, in order
-    for links, into in ((alignment, sources_of), (cover, covered_by)):
+    for links, into in ((alignment, sources_of), (best_targets, best_of)):
         for i, j in links:
             if 0 <= j < len(target):
                 into[j].add(i)
                 targets_of[i].append(j)
     for found in targets_of.values():
         found.sort()
-    spans = element_spans(len(target), sources_of, targets_of, inline, covered_by)
+    spans = element_spans(len(target), sources_of, targets_of, inline, best_of)
     at: dict[int, list[Atom]] = defaultdict(list)
     for atom in atoms:
         at[_boundary(atom.after, targets_of)].append(atom)
@@ -103,17 +103,17 @@ def place_tags(
 
 def element_spans(
     n: int, sources_of: dict[int, set[int]], targets_of: dict[int, list[int]],
-    inline: list[Inline], covered_by: dict[int, set[int]],
+    inline: list[Inline], best_of: dict[int, set[int]],
 ) -> list[tuple[int, int] | None]:  # fmt: skip
     """Each element's target words as (first, last), inclusive; None when there are no target
-    words at all. ``sources_of``, ``covered_by``: target word -> the source words aligned to
+    words at all. ``sources_of``, ``best_of``: target word -> the source words aligned to
     it, whose best target word it is; ``targets_of``: source word -> its target words, of
     either kind."""
     spans: list[tuple[int, int] | None] = []
     for element in inline:
         mine = set(element.words)
         own = [j for j in range(n) if sources_of.get(j, set()) & mine]
-        best = [j for j in range(n) if covered_by.get(j, set()) & mine]
+        best = [j for j in range(n) if best_of.get(j, set()) & mine]
         words = own or best
         span = _longest_run(words, set(best)) if words else _nearest(element.words, targets_of)
         if span is not None and any(_cross(span, other) for other in spans if other):

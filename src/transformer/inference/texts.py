@@ -113,7 +113,7 @@ class SentenceOut:
     confidence: Confidence | None = None
     alignment: list[tuple[int, int]] | None = None
     split: str = ""  # how it was split to fit the model ("": it was not)
-    cover_links: list[tuple[int, int]] | None = None  # for the tags (Translation)
+    best_targets: list[tuple[int, int]] | None = None  # for the tags (Translation)
     plain: tuple[str, str] | None = None  # with markup: (source, text) without their tags
 
 
@@ -150,7 +150,7 @@ def put_back(
             out = SentenceOut(source, " ".join(x.text for x in parts if x.text),
                               sum(x.score for x in parts), line, conf,
                               _joined_alignment(f.parts, parts), f.how,
-                              _joined_alignment(f.parts, parts, "cover_links"))  # fmt: skip
+                              _joined_alignment(f.parts, parts, "best_targets"))  # fmt: skip
             if flag_below is not None and conf is not None:
                 out.text = flagged(out.text, conf.words, flag_below)
             sentences.append(out)
@@ -177,7 +177,7 @@ def _mark_up(out: TextOut, marked: Marked, alignment: bool) -> None:
     """A translated text's sentences, paragraphs and whole with the tags put back; each
     sentence keeps its plain source and text (what its words and alignment count)."""
     sentences = out.sentences if marked.segments else []
-    found = marked.put_back([(s.text, s.alignment or [], s.cover_links or [])
+    found = marked.put_back([(s.text, s.alignment or [], s.best_targets or [])
                              for s in sentences])  # fmt: skip
     for k, s in enumerate(sentences):
         s.plain = (s.source, s.text)
@@ -203,7 +203,7 @@ def _joined_confidence(parts: list[Confidence]) -> Confidence:
 def _joined_alignment(
     sources: list[str], parts: list[Translation], field: str = "alignment"
 ) -> list[tuple[int, int]] | None:
-    """The parts' alignments (or ``cover_links``) as one: each part's words counted after the
+    """The parts' alignments (or ``best_targets``) as one: each part's words counted after the
     earlier parts'."""
     found = [getattr(x, field) for x in parts]
     if any(links is None for links in found):

@@ -179,7 +179,7 @@ class Translation:
     alignment: list[tuple[int, int]] | None = None  # (source word, target word), when asked
     # each source word's best target word (alignment.word_links), for the tags
     # (tag_placement.py); None: not computed
-    cover_links: list[tuple[int, int]] | None = None
+    best_targets: list[tuple[int, int]] | None = None
 
 
 @dataclass
