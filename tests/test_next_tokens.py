@@ -29,7 +29,9 @@ def plain(hidden, output, k, at_limit):
 @pytest.mark.parametrize("vocab", [300, 1024, 2500, 4097])  # one slice; exactly one; several
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("k", [1, 8])
-def test_best_next_tokens_equal_log_softmax_then_top_k(vocab, bias, k):
+@pytest.mark.parametrize("group_bytes", [0, next_tokens.GROUP_BYTES])  # SLICE words a product
+def test_best_next_tokens_equal_log_softmax_then_top_k(vocab, bias, k, group_bytes, monkeypatch):
+    monkeypatch.setattr(next_tokens, "GROUP_BYTES", group_bytes)
     torch.manual_seed(0)
     output = nn.Linear(16, vocab, bias=bias)
     hidden = torch.randn(12, 16) * 3
@@ -65,6 +67,24 @@ def test_greedy_takes_the_first_of_equal_best_tokens_as_argmax_does():
         output.bias[[700, 1500, 2999]] = 5.0  # three equal best, in different slices
     found = best_next_tokens(torch.randn(4, 2), output, 1, torch.zeros(4, dtype=torch.bool))
     assert found.tokens[:, 0].tolist() == [700] * 4
+
+
+def test_rows_few_enough_take_the_vocabulary_in_fewer_products(monkeypatch):
+    products = []  # words per product
+    real = next_tokens._linear_into
+    monkeypatch.setattr(next_tokens, "_linear_into", lambda out, *a: products.append(out.size(1))
+                        or real(out, *a))  # fmt: skip
+    torch.manual_seed(0)
+    output = nn.Linear(8, 5000).eval()
+    for rows, expected in [(256, [1024] * 4 + [904]), (64, [4096, 904]), (16, [5000])]:
+        products.clear()
+        hidden, at_limit = torch.randn(rows, 8) * 3, torch.zeros(rows, dtype=torch.bool)
+        with torch.inference_mode():
+            found = best_next_tokens(hidden, output, 4, at_limit)
+            values, tokens = plain(hidden, output, 4, at_limit)
+        assert products == expected  # 1 MB of logits a product, at least 1,024 words
+        assert torch.equal(found.tokens, tokens)
+        assert (found.log_probs - values).abs().max() <= 2e-6
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])

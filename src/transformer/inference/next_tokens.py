@@ -6,26 +6,30 @@ vocabulary (rows, V), then their log-softmax (rows, V), and in beam search the c
 totals (rows, V): at an OPUS-MT model's size (V = 58,101) and 256 rows, three new 60 MB
 tensors at every step, and a matrix product whose output does not fit in any cache.
 
-``best_next_tokens`` takes the vocabulary a slice of ``SLICE`` words at a time, each slice's
-logits written into one buffer: while the slice is in the cache, its log-normaliser and the
-maxima of its blocks of ``BLOCK`` words. Then
+``best_next_tokens`` writes the logits into one buffer, ``SLICE`` words of the vocabulary per
+product at least, more where the rows are few (``GROUP_BYTES`` of logits a product): while a
+product's logits are in the cache, their log-normaliser and the maxima of their blocks of
+``BLOCK`` words. Then
 
-    log Σ_v exp(z_v) = log Σ_slices exp(lse_slice),     log P(v) = z_v − log Σ_v exp(z_v),
+    log Σ_v exp(z_v) = log Σ_products exp(lse_product),     log P(v) = z_v − log Σ_v exp(z_v),
 
 and the k best of the whole vocabulary lie in the k blocks with the highest maxima: only those
 k · BLOCK logits are searched. A vocabulary of at most ``SLICE`` words is one product, and
-there the numbers are exactly ``log_softmax`` and ``topk``'s; with more slices they are the
+there the numbers are exactly ``log_softmax`` and ``topk``'s; with more products they are the
 same to float32 rounding, and the same tokens (tests/test_next_tokens.py). PAD and BOS are
 banned after the normalisation, as ``RunningBatch.next_log_probs`` bans them.
 
 Measured on this project's 2-core CPU (benchmarks/profile_decode.py, docs/speed.md): at
-V = 58,101 the slices made this step 1.6–1.8× faster than the whole logits' log_softmax and
-top-k (the final linear layer alone 1.7×). Searching blocks instead of a ``log_softmax`` and a
-``topk`` per slice made it 1.04–1.41× faster again (one thread; V 8,000 to 58,101, 16 to 256
-rows, k 1 and 8; the most with beam search's k = 8). The price is the buffer: float32 logits
-of the whole vocabulary, (rows, V), made anew at each step: 8 MB for a beam of 4 over 64
-sentences at V = 8,000, 60 MB at V = 58,101 (peak memory of an OPUS-MT-sized beam search
-602 → 662 MB).
+V = 58,101 slices of 1,024 words made this step 1.6–1.8× faster than the whole logits'
+log_softmax and top-k (the final linear layer alone 1.7×). Searching blocks instead of a
+``log_softmax`` and a ``topk`` per slice made it 1.04–1.41× faster again (one thread; V 8,000
+to 58,101, 16 to 256 rows, k 1 and 8; the most with beam search's k = 8). Products sized by
+their logits, not by words, made it 1.1–1.5× faster again where rows are few (V 8,000, 8 to 64
+rows: greedy search's 64 sentences take the vocabulary in 2 products instead of 8; every
+product writes straight into the buffer, the last, shorter one too) and left beam search's 256
+rows as they were. The price is the buffer: float32 logits of the whole vocabulary, (rows, V),
+made anew at each step: 8 MB for a beam of 4 over 64 sentences at V = 8,000, 60 MB at
+V = 58,101 (peak memory of an OPUS-MT-sized beam search 602 → 662 MB).
 
 Shapes: N rows, D model width, V target vocabulary, k tokens kept per row.
 """
@@ -40,7 +44,8 @@ from torch import Tensor, nn
 
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 
-SLICE = 1024  # vocabulary words per product: (256 rows × 1,024) float32 logits = 1 MB
+SLICE = 1024  # vocabulary words per product at least: (256 rows × 1,024) float32 = 1 MB
+GROUP_BYTES = 1 << 20  # a product's logits where rows are few: 1 MB, half a core's L2 here
 BANNED = [PAD_ID, BOS_ID]  # never generated (search.py); both in the first BLOCK words
 BLOCK = 64  # columns whose maximum ``best`` takes first
 
@@ -85,47 +90,48 @@ def _whole(logits: Tensor, k: int, at_limit: Tensor) -> NextTokens:
 
 
 def _in_slices(hidden: Tensor, output: nn.Linear, k: int, at_limit: Tensor) -> NextTokens:
-    """The vocabulary ``SLICE`` words at a time, each slice's logits written into one buffer
-    (slices, N, SLICE): while a slice is in the cache, its log-normaliser and the maxima of its
-    blocks of ``BLOCK`` words. Then the k best of the whole vocabulary come from the k blocks
-    with the highest maxima (``best``'s rule), read out of the buffer, and are turned into
-    log-probabilities. The best are chosen among the logits, which do not depend on the slicing
-    (ties go to the first, as ``argmax`` takes them). Per slice: a product and four passes
-    over its logits (block maxima; subtract the largest, exp, sum), where ``log_softmax`` and
-    ``topk`` on every slice took 1.65 ms of a 16 ms greedy step (64 rows, V 8,000, one
-    thread)."""
+    """The logits written into one buffer (N, V'), V rounded up to whole blocks of ``BLOCK``
+    words, by products of ``columns`` words: ``SLICE``, or more where the rows are few, as
+    many as make ``GROUP_BYTES`` of logits. While a product's logits are in the cache, their
+    log-normaliser and the maxima of their blocks. Then the k best of the whole vocabulary
+    come from the k blocks with the highest maxima (``best``'s rule) and are turned into
+    log-probabilities. The best are chosen among the logits, which do not depend on how the
+    products are cut (ties go to the first, as ``argmax`` takes them). Per product: four
+    passes over its logits (block maxima; subtract the largest, exp, sum), where
+    ``log_softmax`` and ``topk`` on every slice took 1.65 ms of a 16 ms greedy step (64 rows,
+    V 8,000, one thread)."""
     weight, bias = output.weight, output.bias  # (V, D), (V,)
     V, N = output.out_features, hidden.size(0)
-    slices = -(-V // SLICE)
-    logits = hidden.new_empty(slices, N, SLICE, dtype=torch.float)  # (slices, N, C)
+    logits = hidden.new_empty(N, -(-V // BLOCK) * BLOCK, dtype=torch.float)  # (N, V')
+    logits[:, V:] = float("-inf")  # the last block's columns past V: chosen never
+    columns = max(SLICE, GROUP_BYTES // (4 * N) // BLOCK * BLOCK)  # words per product
     # straight into the buffer where the product is float32 anyway (not under autocast) and
     # no gradient is asked for (a search runs in inference mode)
     direct = (hidden.dtype == torch.float and not torch.is_grad_enabled()
               and not torch.is_autocast_enabled(hidden.device.type))  # fmt: skip
-    normalisers, maxima = [], []  # per slice: (N,), (N, C / BLOCK)
-    eos = None
-    for s in range(slices):
-        words = slice(s * SLICE, min((s + 1) * SLICE, V))
-        z = logits[s]  # (N, C)
+    normalisers, maxima = [], []  # per product: (N,), (N, columns / BLOCK)
+    for start in range(0, V, columns):
+        words = slice(start, min(start + columns, V))
         part = None if bias is None else bias[words]
-        if direct and words.stop - words.start == SLICE:
-            _linear_into(z, hidden, weight[words], part)
-        else:  # through a new tensor (the last, shorter slice; autocast; gradients)
-            width = words.stop - words.start  # columns past V: -inf, chosen never
-            z[:, :width] = F.linear(hidden, weight[words], part)
-            z[:, width:] = float("-inf")
-        block_max = z.view(N, -1, BLOCK).amax(dim=-1)  # (N, C / BLOCK)
+        if direct:
+            _linear_into(logits[:, words], hidden, weight[words], part)
+        else:  # through a new tensor (autocast; gradients)
+            logits[:, words] = F.linear(hidden, weight[words], part)
+        z = logits[:, start : start + columns]  # (N, C) whole blocks, a view of the buffer
+        block_max = z.unflatten(1, (-1, BLOCK)).amax(dim=-1)  # (N, C / BLOCK)
         normalisers.append(_log_sum_exp(z, block_max.amax(dim=-1, keepdim=True)))
-        if s == 0:  # after the normaliser: PAD and BOS take their share of the probability
-            eos = z[:, EOS_ID].clone()  # (N,)
-            z[:, BANNED] = float("-inf")
-            block_max[:, 0] = z[:, :BLOCK].amax(dim=-1)  # where the banned words are
         maxima.append(block_max)
-    assert eos is not None
-    log_normaliser = torch.stack(normalisers, dim=1).logsumexp(dim=1)  # (N,) over the slices
-    value, tokens = _best_of_blocks(logits, torch.cat(maxima, dim=1), k)  # (N, k) each
+    # over the products: (N,) and (N, V' / BLOCK)
+    log_normaliser = normalisers[0] if len(normalisers) == 1 else (
+        torch.stack(normalisers, dim=1).logsumexp(dim=1))  # fmt: skip
+    block_max = maxima[0] if len(maxima) == 1 else torch.cat(maxima, dim=1)
+    # after the normaliser: PAD and BOS take their share of the probability
+    eos = logits[:, EOS_ID].clone()  # (N,)
+    logits[:, BANNED] = float("-inf")
+    block_max[:, 0] = logits[:, :BLOCK].amax(dim=-1)  # the block of the banned words
+    value, tokens = _best_of_blocks(logits, block_max, k)  # (N, k) each
     log_probs = value - log_normaliser[:, None]  # (N, k)
-    if V % SLICE:  # a -inf past V can be among the k when fewer than k logits are finite
+    if V % BLOCK:  # a -inf past V can be among the k when fewer than k logits are finite
         tokens = torch.where(tokens < V, tokens, PAD_ID)
     rows = at_limit.nonzero().squeeze(1)  # (R,)
     if rows.numel():  # EOS only, at its own log-probability
@@ -158,21 +164,18 @@ def _log_sum_exp(z: Tensor, top: Tensor) -> Tensor:
     return (top + (z - top).exp_().sum(dim=-1, keepdim=True).log_()).squeeze(1)
 
 
-def _best_of_blocks(logits: Tensor, maxima: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """The k highest logits of each row and their words, best first, from the buffer (slices,
-    N, C) and its blocks' maxima (N, blocks), blocks numbered across the slices: the k blocks
-    with the highest maxima hold them (``best``)."""
-    slices, N, C = logits.shape
-    if k * BLOCK >= slices * C:  # as many words as the blocks hold: all of them
-        return _top(logits.transpose(0, 1).reshape(N, slices * C), k)
-    per_slice = C // BLOCK
-    chosen = _top(maxima, k)[1].sort(dim=-1).values  # (N, k) blocks, in word order
-    rows = torch.arange(N, device=logits.device)[:, None]  # (N, 1)
-    blocks = logits.view(slices, N, per_slice, BLOCK)
-    candidates = blocks[chosen // per_slice, rows, chosen % per_slice]  # (N, k, BLOCK)
-    value, at = _top(candidates.view(N, k * BLOCK), k)  # (N, k)
-    words = chosen[:, :, None] * BLOCK + torch.arange(BLOCK, device=logits.device)  # (N, k, B)
-    return value, words.view(N, k * BLOCK).gather(1, at)
+def _best_of_blocks(scores: Tensor, maxima: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k highest scores of each row of (N, C), C whole blocks of ``BLOCK`` columns, and
+    their columns, best first, given the blocks' maxima (N, C / BLOCK): the k blocks with the
+    highest maxima hold them (``best``)."""
+    N, width = scores.shape
+    if k * BLOCK >= width:  # as many columns as the blocks hold: all of them
+        return _top(scores, k)
+    chosen = _top(maxima, k)[1].sort(dim=-1).values  # (N, k) blocks, in column order
+    rows = torch.arange(N, device=scores.device)[:, None]  # (N, 1)
+    candidates = scores.view(N, -1, BLOCK)[rows, chosen]  # (N, k, BLOCK)
+    value, at = _top(candidates.view(N, k * BLOCK), k)  # (N, k): the at-th candidate
+    return value, chosen.gather(1, at // BLOCK) * BLOCK + at % BLOCK
 
 
 def best(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -190,7 +193,7 @@ def best(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
         return _top(scores, k)
     padded = F.pad(scores, (0, -width % BLOCK), value=float("-inf"))  # (N, C') whole blocks
     maxima = padded.view(N, -1, BLOCK).amax(dim=-1)  # (N, C'/BLOCK)
-    return _best_of_blocks(padded[None], maxima, k)  # one slice of C' columns
+    return _best_of_blocks(padded, maxima, k)
 
 
 def _top(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
