@@ -103,7 +103,8 @@ def _in_slices(hidden: Tensor, output: nn.Linear, k: int, at_limit: Tensor) -> N
     weight, bias = output.weight, output.bias  # (V, D), (V,)
     V, N = output.out_features, hidden.size(0)
     logits = hidden.new_empty(N, -(-V // BLOCK) * BLOCK, dtype=torch.float)  # (N, V')
-    logits[:, V:] = float("-inf")  # the last block's columns past V: chosen never
+    if V % BLOCK:  # the last block's columns past V: chosen never
+        logits[:, V:] = float("-inf")
     columns = max(SLICE, GROUP_BYTES // (4 * N) // BLOCK * BLOCK)  # words per product
     # straight into the buffer where the product is float32 anyway (not under autocast) and
     # no gradient is asked for (a search runs in inference mode)
