@@ -109,3 +109,29 @@ def test_missing_or_empty_model_directory_is_a_clear_error(tmp_path):
         ckpt.load_checkpoint(tmp_path / "nope")
     with pytest.raises(UserError, match="holds no checkpoint"):
         ckpt.load_checkpoint(tmp_path)
+
+
+def test_weights_of_another_shape_or_name_are_refused_before_any_is_copied(tmp_path):
+    """load_weights reads names and shapes from the file's header first: a mismatch is one
+    UserError naming the file and the tensor, and the model keeps every weight it had."""
+    from safetensors.torch import save_file
+
+    from transformer.model_dir.weights import load_weights, model_state
+
+    torch.manual_seed(0)
+    model = Transformer(run_config().model)
+    before = {name: t.clone() for name, t in model_state(model).items()}
+    wider = model_state(Transformer(run_config(d_ff=24).model))
+    save_file(wider, tmp_path / "wider.safetensors")
+    with pytest.raises(UserError, match=r"wider\.safetensors: .*linear1\.weight has shape"):
+        load_weights(model, tmp_path / "wider.safetensors")
+    extra = {**before, "stray": torch.zeros(2)}
+    save_file(extra, tmp_path / "extra.safetensors")
+    with pytest.raises(UserError, match=r"extra\.safetensors: weights do not match.*'stray'"):
+        load_weights(model, tmp_path / "extra.safetensors")
+    assert all(torch.equal(t, before[n]) for n, t in model_state(model).items())
+    torch.manual_seed(1)
+    other = {n: torch.randn_like(t) for n, t in before.items()}
+    save_file(other, tmp_path / "other.safetensors")
+    load_weights(model, tmp_path / "other.safetensors")
+    assert all(torch.equal(t, other[n]) for n, t in model_state(model).items())

