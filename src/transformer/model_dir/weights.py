@@ -85,9 +85,9 @@ def load_weights(model: EncoderDecoder, path: Path) -> None:
     One tensor at a time, each checked (``check_weights_finite``) before it is copied: reading
     the whole file first held two more copies of the weights beside the model's (the file's
     bytes and the tensors made from them), and the process kept that memory. Measured with the
-    Multi30k model (29 MB of weights): 83 MB resident after loading, now 48 MB; the peak while
-    loading 97 MB, now 76 MB. On an error the model is left half-loaded, and every caller
-    drops it.
+    Multi30k model (29 MB of weights): 83-85 MB resident after ``load_checkpoint``, now 54-56
+    MB; the peak while loading 96-97 MB, now 83-85 MB (the file's mapped pages count while it
+    is open). On an error the model is left half-loaded, and every caller drops it.
     """
     with opened(path) as file:
         names = list(file.keys())  # noqa: SIM118 (a safe_open handle is not a dict)
