@@ -133,6 +133,20 @@ def _pid_of_rank(parent: int, rank: int) -> int | None:
     return None
 
 
+def _ended(pid: int, timeout: float) -> bool:
+    """Whether process ``pid`` ends (or is a zombie waiting for its parent) within ``timeout`` s."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def _wait_for_training(run: Path, proc: subprocess.Popen) -> int:
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -162,8 +176,13 @@ def test_a_killed_rank_ends_the_job_with_a_message_naming_it(tmp_path):
 def test_a_hung_rank_times_out_with_one_line_naming_the_rank_that_waited(tmp_path):
     proc = torchrun(tmp_path / "run", "--max_steps", "100000", "--timeout_minutes", "0.1")
     hung = _wait_for_training(tmp_path / "run", proc)
+    waiting = _pid_of_rank(proc.pid, 0)
     os.kill(hung, signal.SIGSTOP)
     try:
+        # Rank 0 gives up after 6 s. torchrun then sends the others SIGTERM and gives them 30 s
+        # before SIGKILL, which a stopped rank cannot act on: kill it once rank 0 has ended.
+        assert waiting is not None and _ended(waiting, timeout=120), "rank 0 did not give up"
+        os.kill(hung, signal.SIGKILL)
         rc, _, err = finished(proc, timeout=180)
     finally:
         with contextlib.suppress(ProcessLookupError):
