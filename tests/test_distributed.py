@@ -184,9 +184,10 @@ def test_a_hung_rank_times_out_with_one_line_naming_the_rank_that_waited(tmp_pat
         assert waiting is not None and _ended(waiting, timeout=120), "rank 0 did not give up"
         os.kill(hung, signal.SIGKILL)
         rc, _, err = finished(proc, timeout=180)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(hung, signal.SIGKILL)
+    finally:  # nothing left running when an assertion fails
+        for pid in (hung, waiting or hung):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     assert rc != 0
     lines = [line for line in err.splitlines() if "transformer train [rank 0 of 2]: error:" in line]
     assert len(lines) == 1 and "lost contact" in lines[0], err[-3000:]
