@@ -144,6 +144,41 @@ def test_a_decoder_layer_folds_k_rows_of_queries_over_one_row_of_memory():
     assert w_folded.cross_attention[K : 2 * K, ..., 4:].abs().max() == 0
 
 
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_a_decoding_step_gives_the_bits_of_the_layers_own_path(norm_first, activation):
+    """``DecoderLayer.step`` (inference on a CPU, one new position per row) against the layer's
+    general path, which ``need_weights`` takes: equal outputs and equal caches, bit for bit,
+    over steps that grow the buffers, with K = 2 beams per sentence folded over one memory
+    row, a padded source and an empty one (nothing to attend to: zeros, as the reference)."""
+    torch.manual_seed(0)
+    layer = tiny(norm_first=norm_first, activation=activation).decoder.layers[0].eval()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.normal_(0.0, 0.5)
+    N, K, S, D = 3, 2, 5, layer.self_attn.w_q.in_features
+    memory = torch.randn(N, S, D)
+    src_mask = torch.ones(N, 1, 1, S, dtype=torch.bool)
+    src_mask[1, ..., 3:] = False  # a shorter sentence
+    src_mask[2] = False  # an empty one
+    fast, general = cache_module.LayerCache(), cache_module.LayerCache()
+    capacity = cache_module.FIRST_CAPACITY
+    with torch.no_grad():
+        for t in range(capacity + 3):  # past the first buffer's room
+            x = torch.randn(N * K, 1, D)
+            stepped, none = layer(x, memory, None, src_mask, fast)
+            assert none is None and layer._can_step(x, None, fast, False)
+            reference, weights = layer(x, memory, None, src_mask, general, need_weights=True)
+            assert weights is not None  # the general path
+            assert torch.equal(stepped, reference), f"step {t}"
+            assert torch.equal(fast.self_keys, general.self_keys)
+            assert torch.equal(fast.self_values, general.self_values)
+            assert torch.equal(fast.cross_keys, general.cross_keys)
+            assert weights.cross_attention[K * 2 :].abs().max() == 0  # the empty source's rows
+    assert fast.length == general.length == capacity + 3
+    assert not stepped.isnan().any()
+
+
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_beam_size_one_equals_greedy(use_cache):
     model, src = varied(), padded(SENTENCES)

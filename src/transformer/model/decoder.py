@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .attention import MultiHeadAttention
+from .attention import MultiHeadAttention, attention_step
 from .cache import DecoderCache, FixedSlots, FixedStep, LayerCache
-from .layers import Dropout, FeedForward, LayerNorm
+from .layers import Dropout, FeedForward, LayerNorm, activated
 
 
 @dataclass
@@ -67,6 +69,9 @@ class DecoderLayer(nn.Module):
         Shape:
             returns x (B, T, D) and, if ``need_weights``, both attention weight tensors.
         """
+        if self._can_step(x, tgt_mask, cache, need_weights):
+            assert isinstance(cache, LayerCache)
+            return self.step(x, memory, memory_mask, cache), None
         if self.norm_first:
             attended, self_w = self._self_attention(self.norm1(x), tgt_mask, cache, need_weights)
             x = x + attended
@@ -87,6 +92,75 @@ class DecoderLayer(nn.Module):
             else None
         )
         return x, weights
+
+    def _can_step(
+        self,
+        x: Tensor,
+        tgt_mask: Tensor | None,
+        cache: LayerCache | FixedSlots | None,
+        need_weights: bool,
+    ) -> bool:
+        """Whether ``step`` computes this call: one new position per row after a growing cache,
+        in inference on a CPU without autocast, no attention weights wanted."""
+        return (
+            isinstance(cache, LayerCache) and x.size(1) == 1 and tgt_mask is None
+            and not need_weights and not self.training and not torch.is_grad_enabled()
+            and x.device.type == "cpu" and not torch.is_autocast_enabled("cpu")
+        )  # fmt: skip
+
+    def step(
+        self, x: Tensor, memory: Tensor, memory_mask: Tensor | None, cache: LayerCache
+    ) -> Tensor:
+        """``forward`` for one new position per row, in inference: the same numbers in fewer
+        operations. A decoding step of a few rows spends its time on the calls themselves
+        more than on the arithmetic (docs/speed.md), so here the linear layers are called as
+        functions, not modules; dropout (nothing in inference) is not called; the attention
+        goes through ``attention_step``; and each residual sum is added into the sublayer's
+        fresh output. ``forward``'s path is the reference: tests/test_decoding.py checks that
+        both give equal bits, and the cache the same contents.
+
+        Args:
+            x: the new position of each row (B, 1, D); memory (N, S, D), N = B or, when a
+                sentence's K beams share it, B / K; memory_mask (N, 1, 1, S).
+            cache: this layer's keys and values so far, updated in place.
+        Shape:
+            returns (B, 1, D).
+        """
+        B, _, D = x.shape
+        attn, cross, ff = self.self_attn, self.cross_attn, self.feed_forward
+        H, Dh = attn.n_heads, attn.d_head
+        x = x.view(B, D)
+        # masked self-attention: the new query over the cached keys and its own (no mask)
+        y = self.norm1(x) if self.norm_first else x
+        q = F.linear(y, attn.w_q.weight, attn.w_q.bias).view(B, H, 1, Dh)
+        keys, values = cache.append(
+            F.linear(y, attn.w_k.weight, attn.w_k.bias).view(B, H, 1, Dh),
+            F.linear(y, attn.w_v.weight, attn.w_v.bias).view(B, H, 1, Dh),
+        )  # (B, H, t + 1, Dh) each
+        heads = attention_step(q, keys, values).view(B, D)  # (B, H, 1, Dh) -> (B, D)
+        x = self._add_norm(x, F.linear(heads, attn.w_o.weight, attn.w_o.bias), self.norm1)
+        # encoder-decoder attention: a sentence's K rows are K queries over its memory
+        y = self.norm2(x) if self.norm_first else x
+        if cache.cross_keys is None:
+            cache.set_cross(*cross.project_kv(memory, memory))  # (N, H, S, Dh)
+        cross_keys, cross_values = cache.cross_keys, cache.cross_values
+        assert cross_keys is not None and cross_values is not None
+        N = cross_keys.size(0)
+        q = F.linear(y, cross.w_q.weight, cross.w_q.bias).view(N, B // N, H, Dh).transpose(1, 2)
+        heads = attention_step(q, cross_keys, cross_values, memory_mask)  # (N, H, K, Dh)
+        heads = heads.transpose(1, 2).reshape(B, D)
+        x = self._add_norm(x, F.linear(heads, cross.w_o.weight, cross.w_o.bias), self.norm2)
+        # feed-forward
+        y = self.norm3(x) if self.norm_first else x
+        hidden = activated(ff.activation, F.linear(y, ff.linear1.weight, ff.linear1.bias))  # (B, F)
+        x = self._add_norm(x, F.linear(hidden, ff.linear2.weight, ff.linear2.bias), self.norm3)
+        return x.view(B, 1, D)
+
+    def _add_norm(self, x: Tensor, sublayer: Tensor, norm: LayerNorm) -> Tensor:
+        """x + sublayer(x), added into the sublayer's output, then the norm (post-norm; with
+        pre-norm the norm came before the sublayer)."""
+        total = sublayer.add_(x)
+        return total if self.norm_first else norm(total)
 
     def _self_attention(
         self,

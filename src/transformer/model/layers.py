@@ -9,6 +9,8 @@ Shapes: B batch, T sequence length, D model width, F feed-forward width (d_ff).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -78,6 +80,17 @@ def dropout_mask(x: Tensor, p: float) -> Tensor:
 # (Hendrycks & Gimpel 2016, the exact erf form) and SiLU/swish, x·σ(x) (Ramachandran et al.
 # 2017), are what Marian-trained OPUS-MT models use ("swish" in their config.json).
 ACTIVATION_FUNCTIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu, "swish": F.silu}
+# Their in-place forms, where PyTorch has one.
+IN_PLACE = {F.relu: F.relu_, F.silu: lambda x: F.silu(x, inplace=True)}
+
+
+def activated(activation: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    """activation(x), written over x where no gradient is kept and the activation has an
+    in-place form: in inference a new (rows, d_ff) tensor costs more than its arithmetic, the
+    first write to each of its pages (at Multi30k's size, 2.9 ms for the ReLU of an encoder
+    batch's 1,344 positions; translating test2016 greedily, 1.04× faster; docs/speed.md)."""
+    in_place = None if torch.is_grad_enabled() else IN_PLACE.get(activation)
+    return activation(x) if in_place is None else in_place(x)
 
 
 class FeedForward(nn.Module):
@@ -98,5 +111,5 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, D) -> (B, T, D)."""
-        hidden = self.dropout(self.activation(self.linear1(x)))  # (B, T, F)
+        hidden = self.dropout(activated(self.activation, self.linear1(x)))  # (B, T, F)
         return self.linear2(hidden)  # (B, T, D)
