@@ -49,6 +49,31 @@ def test_best_next_tokens_equal_log_softmax_then_top_k(vocab, bias, k, group_byt
     assert (found.log_normaliser - reference).abs().max() <= 1e-5
 
 
+@pytest.mark.parametrize("k", [1, 8])
+def test_buffers_reused_from_step_to_step_give_what_new_ones_give(k):
+    """A search's ``Scratch`` over steps of 3, 8 and 5 rows (the buffers grow, then serve
+    fewer rows): the same numbers as new buffers, and nothing returned points into them."""
+    torch.manual_seed(0)
+    output = nn.Linear(16, 2500)  # three products, the last one shorter, V not whole blocks
+    scratch = next_tokens.Scratch()
+    kept = []
+    with torch.inference_mode():
+        for rows in (3, 8, 5):
+            hidden = torch.randn(rows, 16) * 3
+            at_limit = torch.arange(rows) % 3 == 1
+            reused = best_next_tokens(hidden, output, k, at_limit, scratch)
+            fresh = best_next_tokens(hidden, output, k, at_limit)
+            for a, b in zip(reused.__dict__.values(), fresh.__dict__.values(), strict=True):
+                assert torch.equal(a, b)
+            kept.append((reused, fresh))
+        assert set(scratch._buffers) == {"logits", "shifted"}
+        for buffer in scratch._buffers.values():
+            buffer.fill_(float("nan"))
+    for reused, fresh in kept:  # unchanged by later steps' writes into the buffers
+        for a, b in zip(reused.__dict__.values(), fresh.__dict__.values(), strict=True):
+            assert torch.equal(a, b)
+
+
 def test_best_next_tokens_flags_non_finite_logits():
     output = nn.Linear(4, 3000)
     hidden = torch.randn(3, 4)

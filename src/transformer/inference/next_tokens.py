@@ -50,6 +50,34 @@ BANNED = [PAD_ID, BOS_ID]  # never generated (search.py); both in the first BLOC
 BLOCK = 64  # columns whose maximum ``best`` takes first
 
 
+class Scratch:
+    """Buffers that a search reuses from one step to the next, kept per running batch.
+
+    A new float32 tensor of (rows, V) at every step is memory the C library hands back to the
+    system when it is freed and maps afresh at the next step, and the first write to each of its
+    pages faults: at 64 rows and V = 8,000 (2 MB) that first write, the bias copied into the
+    logits, took 0.4-0.7 ms a product where the product itself took 1.5 ms (torch.profiler,
+    docs/speed.md). A buffer kept for the batch is faulted in once.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, Tensor] = {}
+
+    def take(self, name: str, rows: int, columns: int, like: Tensor) -> Tensor:
+        """A float32 (rows, columns) view of the buffer ``name``, on ``like``'s device; its
+        contents are whatever the last step left."""
+        kept = self._buffers.get(name)
+        if (
+            kept is None
+            or kept.size(0) < rows
+            or kept.size(1) != columns
+            or kept.device != like.device
+        ):
+            kept = like.new_empty(rows, columns, dtype=torch.float)
+            self._buffers[name] = kept
+        return kept[:rows]
+
+
 @dataclass
 class NextTokens:
     """The k best next tokens of every row, best first, and what ``check_scores`` needs."""
@@ -59,7 +87,9 @@ class NextTokens:
     log_normaliser: Tensor  # (N,) log Σ_v exp(z_v): NaN or +inf when a logit is
 
 
-def best_next_tokens(hidden: Tensor, output: nn.Module, k: int, at_limit: Tensor) -> NextTokens:
+def best_next_tokens(
+    hidden: Tensor, output: nn.Module, k: int, at_limit: Tensor, scratch: Scratch | None = None
+) -> NextTokens:
     """The k most likely next tokens of each row, PAD and BOS banned, EOS forced where a row is
     ``at_limit`` (its only token then, at its own log-probability; the other k − 1 are −inf).
 
@@ -68,12 +98,14 @@ def best_next_tokens(hidden: Tensor, output: nn.Module, k: int, at_limit: Tensor
         output: the final linear layer (N, D) -> (N, V); any other module is applied whole.
         k: tokens per row, at most V − 2.
         at_limit: (N,) rows that must end now.
+        scratch: the buffers to write the logits into (None: new ones); nothing returned
+            points into them.
     Shape:
         returns NextTokens of (N, k), (N, k) and (N,).
     """
     if not isinstance(output, nn.Linear) or output.out_features <= SLICE:
         return _whole(output(hidden), k, at_limit)
-    return _in_slices(hidden, output, k, at_limit)
+    return _in_slices(hidden, output, k, at_limit, scratch or Scratch())
 
 
 def _whole(logits: Tensor, k: int, at_limit: Tensor) -> NextTokens:
@@ -89,7 +121,9 @@ def _whole(logits: Tensor, k: int, at_limit: Tensor) -> NextTokens:
     return NextTokens(*best(log_probs, k), log_normaliser)
 
 
-def _in_slices(hidden: Tensor, output: nn.Linear, k: int, at_limit: Tensor) -> NextTokens:
+def _in_slices(
+    hidden: Tensor, output: nn.Linear, k: int, at_limit: Tensor, scratch: Scratch
+) -> NextTokens:
     """The logits written into one buffer (N, V'), V rounded up to whole blocks of ``BLOCK``
     words, by products of ``columns`` words: ``SLICE``, or more where the rows are few, as
     many as make ``GROUP_BYTES`` of logits. While a product's logits are in the cache, their
@@ -102,7 +136,7 @@ def _in_slices(hidden: Tensor, output: nn.Linear, k: int, at_limit: Tensor) -> N
     V 8,000, one thread)."""
     weight, bias = output.weight, output.bias  # (V, D), (V,)
     V, N = output.out_features, hidden.size(0)
-    logits = hidden.new_empty(N, -(-V // BLOCK) * BLOCK, dtype=torch.float)  # (N, V')
+    logits = scratch.take("logits", N, -(-V // BLOCK) * BLOCK, hidden)  # (N, V')
     if V % BLOCK:  # the last block's columns past V: chosen never
         logits[:, V:] = float("-inf")
     columns = max(SLICE, GROUP_BYTES // (4 * N) // BLOCK * BLOCK)  # words per product
@@ -120,7 +154,11 @@ def _in_slices(hidden: Tensor, output: nn.Linear, k: int, at_limit: Tensor) -> N
             logits[:, words] = F.linear(hidden, weight[words], part)
         z = logits[:, start : start + columns]  # (N, C) whole blocks, a view of the buffer
         block_max = z.unflatten(1, (-1, BLOCK)).amax(dim=-1)  # (N, C / BLOCK)
-        normalisers.append(_log_sum_exp(z, block_max.amax(dim=-1, keepdim=True)))
+        shifted = None  # z − max, in a buffer as wide as the widest product: (N, C)
+        if direct:
+            shifted = scratch.take("shifted", N, min(columns, logits.size(1)), hidden)
+            shifted = shifted[:, : z.size(1)]
+        normalisers.append(_log_sum_exp(z, block_max.amax(dim=-1, keepdim=True), shifted))
         maxima.append(block_max)
     # over the products: (N,) and (N, V' / BLOCK)
     log_normaliser = normalisers[0] if len(normalisers) == 1 else (
@@ -159,10 +197,12 @@ def _linear_into(out: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None) ->
         torch.addmm(bias, x, weight.t(), out=out)
 
 
-def _log_sum_exp(z: Tensor, top: Tensor) -> Tensor:
-    """log Σ exp(z) per row of (N, C) given each row's largest logit ``top`` (N, 1): (N,). NaN
-    where a logit is NaN or +inf, or where every logit is −inf."""
-    return (top + (z - top).exp_().sum(dim=-1, keepdim=True).log_()).squeeze(1)
+def _log_sum_exp(z: Tensor, top: Tensor, shifted: Tensor | None) -> Tensor:
+    """log Σ exp(z) per row of (N, C) given each row's largest logit ``top`` (N, 1): (N,),
+    z − top written into ``shifted`` (N, C) (None: a new tensor). NaN where a logit is NaN or
+    +inf, or where every logit is −inf."""
+    shifted = z - top if shifted is None else torch.sub(z, top, out=shifted)
+    return (top + shifted.exp_().sum(dim=-1, keepdim=True).log_()).squeeze(1)
 
 
 def _best_of_blocks(scores: Tensor, maxima: Tensor, k: int) -> tuple[Tensor, Tensor]:

@@ -45,7 +45,7 @@ from ..model.cache import DecoderCache
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .compiled import compiled_step, fixed_cache
 from .constraints import SearchRules
-from .next_tokens import NextTokens, best, best_next_tokens
+from .next_tokens import NextTokens, Scratch, best, best_next_tokens
 
 Stopped = Callable[[int], bool]  # whether nobody waits for sentence i (of a batch) any more
 
@@ -227,6 +227,7 @@ class RunningBatch:
             self.cache = model.new_cache(longest + 1 if longest else 0)
         self.tokens = torch.full((memory.size(0), 1), BOS_ID, device=src_mask.device)  # (rows, 1)
         self.rules, self.prefix = rules, prefix
+        self.scratch = Scratch()  # the vocabulary step's buffers, reused at every step
 
     def next_log_probs(self) -> Tensor:
         """log P(next token | source, tokens so far) for every row, PAD and BOS banned and the
@@ -248,7 +249,7 @@ class RunningBatch:
             force_eos(log_probs, at_limit)
             return NextTokens(*best(log_probs, k), log_normaliser=log_probs.new_zeros(0))
         hidden = self._decoded(logits=False)  # (rows, D)
-        found = best_next_tokens(hidden, self.model.output, k, at_limit)
+        found = best_next_tokens(hidden, self.model.output, k, at_limit, self.scratch)
         check_scores(self.model, found.log_normaliser, None, self.memory, self.tokens.size(1) - 1)
         return found
 
