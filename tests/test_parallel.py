@@ -11,6 +11,7 @@ from transformer.device import prepare_runtime
 from transformer.errors import UserError
 from transformer.inference import translate_ids
 from transformer.inference.parallel import DecodeThreads, decode_threads, map_batches
+from transformer.inference.translate import in_length_batches
 
 from helpers import tiny_model
 
@@ -25,6 +26,20 @@ def test_batches_at_once_give_what_one_at_a_time_gives(beam):
     together = translate_ids(model, SENTENCES, config, threads=DecodeThreads(inter=3, total=3))
     assert [[h.tokens for h in hs] for hs in together] == [[h.tokens for h in hs] for hs in alone]
     assert [h[0].score for h in together] == pytest.approx([h[0].score for h in alone], abs=1e-5)
+
+
+def test_the_longest_batch_starts_first_and_results_keep_the_input_order():
+    started: list[list[int]] = []
+
+    def run(indices, stopped):
+        started.append(indices)
+        return [[len(SENTENCES[i])] for i in indices]
+
+    found = in_length_batches(SENTENCES, DecodeConfig(batch_size=4), run)
+    assert found == [[len(s)] for s in SENTENCES]
+    firsts = [max(len(SENTENCES[i]) for i in batch) for batch in started]
+    assert firsts == sorted(firsts, reverse=True) and firsts[0] == max(map(len, SENTENCES))
+    assert sorted(i for batch in started for i in batch) == list(range(len(SENTENCES)))
 
 
 def test_every_worker_gets_a_batch_and_threads_are_shared_out():
