@@ -144,6 +144,8 @@ def _in_slices(
     # no gradient is asked for (a search runs in inference mode)
     direct = (hidden.dtype == torch.float and not torch.is_grad_enabled()
               and not torch.is_autocast_enabled(hidden.device.type))  # fmt: skip
+    # z − max of each product, in one buffer as wide as the widest product: (N, C)
+    shifted = scratch.take("shifted", N, min(columns, logits.size(1)), hidden) if direct else None
     normalisers, maxima = [], []  # per product: (N,), (N, columns / BLOCK)
     for start in range(0, V, columns):
         words = slice(start, min(start + columns, V))
@@ -154,11 +156,9 @@ def _in_slices(
             logits[:, words] = F.linear(hidden, weight[words], part)
         z = logits[:, start : start + columns]  # (N, C) whole blocks, a view of the buffer
         block_max = z.unflatten(1, (-1, BLOCK)).amax(dim=-1)  # (N, C / BLOCK)
-        shifted = None  # z − max, in a buffer as wide as the widest product: (N, C)
-        if direct:
-            shifted = scratch.take("shifted", N, min(columns, logits.size(1)), hidden)
-            shifted = shifted[:, : z.size(1)]
-        normalisers.append(_log_sum_exp(z, block_max.amax(dim=-1, keepdim=True), shifted))
+        top = block_max.amax(dim=-1, keepdim=True)  # (N, 1)
+        part_shifted = None if shifted is None else shifted[:, : z.size(1)]
+        normalisers.append(_log_sum_exp(z, top, part_shifted))
         maxima.append(block_max)
     # over the products: (N,) and (N, V' / BLOCK)
     log_normaliser = normalisers[0] if len(normalisers) == 1 else (

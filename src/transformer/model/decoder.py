@@ -141,10 +141,7 @@ class DecoderLayer(nn.Module):
         x = self._add_norm(x, F.linear(heads, attn.w_o.weight, attn.w_o.bias), self.norm1)
         # encoder-decoder attention: a sentence's K rows are K queries over its memory
         y = self.norm2(x) if self.norm_first else x
-        if cache.cross_keys is None:
-            cache.set_cross(*cross.project_kv(memory, memory))  # (N, H, S, Dh)
-        cross_keys, cross_values = cache.cross_keys, cache.cross_values
-        assert cross_keys is not None and cross_values is not None
+        cross_keys, cross_values = self._cross_kv(memory, cache)  # (N, H, S, Dh) each
         N = cross_keys.size(0)
         q = F.linear(y, cross.w_q.weight, cross.w_q.bias).view(N, B // N, H, Dh).transpose(1, 2)
         heads = attention_step(q, cross_keys, cross_values, memory_mask)  # (N, H, K, Dh)
@@ -194,11 +191,7 @@ class DecoderLayer(nn.Module):
         if cache is None:
             keys, values = self.cross_attn.project_kv(memory, memory)  # (B, H, S, Dh)
         else:
-            if cache.cross_keys is None:
-                assert isinstance(cache, LayerCache)  # a compiled step's are set beforehand
-                cache.set_cross(*self.cross_attn.project_kv(memory, memory))  # (B, H, S, Dh)
-            keys, values = cache.cross_keys, cache.cross_values
-            assert keys is not None and values is not None
+            keys, values = self._cross_kv(memory, cache)  # (B, H, S, Dh)
         rows, T, D = x.shape
         beams = rows // keys.size(0)  # K rows of x per sentence; 1 without beams to fold
         folded = x.reshape(rows // beams, beams * T, D)  # (N, K·T, D)
@@ -207,6 +200,16 @@ class DecoderLayer(nn.Module):
         if weights is not None and beams > 1:  # (N, H, K·T, S) -> (N·K, H, T, S)
             weights = weights.unflatten(2, (beams, T)).transpose(1, 2).flatten(0, 1)
         return self.dropout(attended.reshape(rows, T, D)), weights
+
+    def _cross_kv(self, memory: Tensor, cache: LayerCache | FixedSlots) -> tuple[Tensor, Tensor]:
+        """The encoder-decoder keys and values from the cache, projected from ``memory`` and
+        cached at the first step: (B, H, S, Dh) each."""
+        if cache.cross_keys is None:
+            assert isinstance(cache, LayerCache)  # a compiled step's are set beforehand
+            cache.set_cross(*self.cross_attn.project_kv(memory, memory))  # (B, H, S, Dh)
+        keys, values = cache.cross_keys, cache.cross_values
+        assert keys is not None and values is not None
+        return keys, values
 
     def _feed_forward(self, x: Tensor) -> Tensor:
         """Feed-forward, then dropout."""
