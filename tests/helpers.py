@@ -16,6 +16,7 @@ import os
 import random
 import subprocess
 import sys
+import warnings
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, replace
 from functools import partial
@@ -109,17 +110,32 @@ def cli_process(*args: str, stdin: str | bytes | None = None, script: str | None
     return Result(done.returncode, done.stdout.decode(errors="replace"), stderr)
 
 
-def cli_main(*args: str) -> Result:
-    """``transformer ARGS`` in this process, its output captured: as ``cli_process`` but without
-    a child's start-up (seconds each), for commands that need neither standard input nor a
-    process of their own. torch's thread count is put back after (``--runtime.threads``)."""
+def cli_main(*args: str, stdin: str | bytes | None = None) -> Result:
+    """``transformer ARGS`` in this process, seen as ``cli_process`` sees it, without a child's
+    start-up (seconds each): ``stdin`` is standard input (bytes as they are, so that invalid
+    UTF-8 reaches the reader), the output is captured, and Python's warnings are lines on
+    stderr, filtered as a child filters them. torch's thread count is put back after
+    (``--runtime.threads``). For what needs a process of its own (signals, kill -9, a terminal,
+    a pipe), use ``cli_process``."""
     out, err, threads = io.StringIO(), io.StringIO(), torch.get_num_threads()
+    data = stdin.encode() if isinstance(stdin, str) else (stdin or b"")
+    reader = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    saved = sys.stdin
     try:
-        with redirect_stdout(out), redirect_stderr(err):
+        sys.stdin = reader
+        with redirect_stdout(out), redirect_stderr(err), warnings.catch_warnings(record=True) as w:
+            for category in _IGNORED_WARNINGS:  # a child's default filters (python -W help)
+                warnings.simplefilter("ignore", category)
             code = main(list(args))
     finally:
+        sys.stdin = saved
         torch.set_num_threads(threads)
-    return Result(code, out.getvalue(), err.getvalue().splitlines())
+    lines = err.getvalue().splitlines()
+    lines += [f"{x.filename}:{x.lineno}: {x.category.__name__}: {x.message}" for x in w]
+    return Result(code, out.getvalue(), lines)
+
+
+_IGNORED_WARNINGS = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
 
 
 def one_line_error(result: Result, code: int, *needles: str) -> str:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -24,7 +22,7 @@ from transformer.training.chunked_loss import TrainingLoss
 from transformer.training.loop import train
 from transformer.vocab import PAD_ID
 
-from helpers import train_config, weights
+from helpers import cli_main, one_line_error, train_config, weights
 
 HAS_CUDA = torch.cuda.is_available()
 TINY = [
@@ -55,11 +53,8 @@ def test_auto_without_a_gpu_is_the_cpu():
 def test_cuda_without_a_gpu_is_a_clear_error(tmp_path, command):
     args = {"train": ["train", "--out", str(tmp_path / "run"), *TINY],
             "translate": ["translate", str(tmp_path / "nowhere")]}[command]  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "transformer", *args, "--device", "cuda"],
-                          capture_output=True, text=True, input="")  # fmt: skip
-    assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
-    assert "runtime.device is 'cuda' but this machine has no CUDA device" in done.stderr
+    result = cli_main(*args, "--device", "cuda", stdin="")
+    one_line_error(result, 2, "runtime.device is 'cuda' but this machine has no CUDA device")
     assert not (tmp_path / "run").exists()
 
 

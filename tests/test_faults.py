@@ -1,28 +1,32 @@
 """Fault injection: the real command line under mistakes, damage, full disks and signals.
 
-Each case runs ``python -m transformer`` in a temporary folder and checks what a user sees: the
-exit code; that stderr is a single line, without a traceback, naming the file or value at fault;
-and that every file the user had before is byte-identical afterwards.
+Each case runs the command line in a temporary folder and checks what a user sees: the exit code;
+that stderr is a single line, without a traceback, naming the file or value at fault; and that
+every file the user had before is byte-identical afterwards. Commands run in this process
+(``cli``: the ``main`` that ``python -m transformer`` calls) unless the case needs a process of its
+own: a signal, kill -9, a pipe, or a second training holding the run.
 """
 
 from __future__ import annotations
 
+import builtins
+import errno
 import json
 import random
 import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
+from transformer import files
 from transformer.training.loop import train
 
 from helpers import TINY_NUMBERS, Result, one_line_error, snapshot, train_config
-from helpers import cli_process as cli
+from helpers import cli_main as cli
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes
 
@@ -194,29 +198,23 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(run, file):
 
 
 # ------------------------------------------------------------------------- full disk
-FULL_DISK = textwrap.dedent("""
-    import builtins, errno, sys
-    from transformer import files
-    from transformer.cli import main
-
+def test_a_full_disk_while_saving_names_the_folder_and_keeps_the_last_checkpoint(
+    tmp_path, monkeypatch
+):
     def full_disk(path, mode="r", *args, **kwargs):  # the second save's files
         if "x" in mode and ".step_00000020.transformer-tmp-" in str(path):
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return builtins.open(path, mode, *args, **kwargs)
 
-    files.open = full_disk  # the write gate's
-    sys.exit(main(sys.argv[1:]))
-""")
-
-
-def test_a_full_disk_while_saving_names_the_folder_and_keeps_the_last_checkpoint(tmp_path):
+    monkeypatch.setattr(files, "open", full_disk, raising=False)  # the write gate's
     out = tmp_path / "run"
     args = ["train", "--out", str(out), "--quiet", *TINY, "--max_steps", "30",
             "--save_every", "10", "--validate_every", "10"]  # fmt: skip
-    line = one_line_error(cli(*args, script=FULL_DISK), 2, "no space left on device")
+    line = one_line_error(cli(*args), 2, "no space left on device")
     assert f"saving checkpoint {STEP_20} in {out / 'checkpoints'}" in line
     assert f"{out / 'checkpoints' / STEP_10} is intact" in line
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["index.json", STEP_10]
+    monkeypatch.undo()
     assert cli("translate", str(out), stdin="twelve\n").code == 0
 
 
