@@ -17,7 +17,7 @@ from transformer.inference.beam import beam_search
 from transformer.inference.greedy import greedy_search
 from transformer.vocab import EOS_ID, PAD_ID
 
-from helpers import cli_process, tiny_model, tiny_rnn
+from helpers import cli_main, cli_process, tiny_model, tiny_rnn
 
 GREEDY = DecodeConfig(max_len_a=1.5, max_len_b=4)
 BEAM = DecodeConfig(beam_size=3, nbest=2, max_len_a=1.5, max_len_b=4)
@@ -131,7 +131,7 @@ def test_translate_takes_compile_and_without_a_compiler_says_so(numbers_model, t
     stderr, and the same translations as without the option."""
     source = tmp_path / "in.txt"
     source.write_text("twelve\nforty-one\nthree hundred\n")
-    plain = cli_process("translate", str(numbers_model), "-i", str(source))
+    plain = cli_main("translate", str(numbers_model), "-i", str(source))
     env = {"PATH": os.path.dirname(sys.executable)}  # the venv's python, and no g++ or c++
     script = ("import os, sys; os.environ.pop('CXX', None); os.environ['PATH'] = sys.argv[1]; "
               "from transformer.cli import main; sys.exit(main(sys.argv[2:]))")  # fmt: skip

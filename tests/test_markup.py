@@ -26,7 +26,7 @@ from transformer.inference.tag_placement import Atom, Inline, place_tags
 from transformer.inference.texts import record, translate_texts
 from transformer.inference.translate import Translation, TranslationResult
 
-from helpers import assert_error, cli_main, cli_process, client_for, one_line_error
+from helpers import assert_error, cli_main, client_for, one_line_error
 
 Rewrite = Callable[[list[str]], tuple[list[str], list[tuple[int, int]]]]
 
@@ -474,8 +474,8 @@ def test_what_cannot_be_kept_is_one_line_and_nothing_is_written(numbers_model, t
 
 @pytest.mark.slow
 def test_standard_input_is_named_and_a_glossary_refused(numbers_model, tmp_path):
-    done = cli_process("translate", str(numbers_model), "--markup", "html", "--device", "cpu",
-                       stdin="one\n<b>two\n")  # fmt: skip
+    done = cli_main("translate", str(numbers_model), "--markup", "html", "--device", "cpu",
+                    stdin="one\n<b>two\n")  # fmt: skip
     one_line_error(done, 2, "<stdin>: line 2: <b> is never closed")
     assert done.stdout == ""
     (tmp_path / "terms.tsv").write_text("one\tun\n")
