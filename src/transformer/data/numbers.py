@@ -82,6 +82,10 @@ HOLDOUT_SHARE = 0.125  # a held-out split (valid or test) takes at most this sha
 # in "cents" failed; zeroing 30% of digits instead starved the 70s and 90s.
 ZEROED_DIGITS = 0.1
 ROUNDED = 0.15
+# French counts the 70s and 90s on from the teens: 77 is "soixante-dix-sept", 97
+# "quatre-vingt-dix-sept", where English says seventy-seven. A share TEENS_AFTER_TENS of the
+# training numbers of 2+ digits get their last two digits drawn from 70..79 and 90..99.
+TEENS_AFTER_TENS = 0.15
 
 
 # The round numbers a person types first ("one hundred", "two thousand", ...): never held out of
@@ -213,8 +217,12 @@ def number_splits(data: DataConfig) -> NumberSplits:
 
 
 def _with_zeros(rng: random.Random, n: int) -> int:
-    """``n`` with each digit after the first set to 0 with probability ZEROED_DIGITS, then, with
+    """``n`` with, with probability TEENS_AFTER_TENS, its last two digits drawn from 70..79 and
+    90..99; then each digit after the first set to 0 with probability ZEROED_DIGITS, then, with
     probability ROUNDED, its last k digits too (k uniform in 1 .. digits - 1)."""
+    if n >= 10 and rng.random() < TEENS_AFTER_TENS:
+        ending = int(rng.random() * 20)  # 0..19: 70..79, then 90..99
+        n = n // 100 * 100 + (70 + ending if ending < 10 else 80 + ending)
     digits = str(n)
     kept = [d if i == 0 or rng.random() >= ZEROED_DIGITS else "0" for i, d in enumerate(digits)]
     n = int("".join(kept))
