@@ -4,6 +4,8 @@ every response matches its schema, and every invalid request is rejected with a 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest.importorskip("schemathesis")
@@ -23,7 +25,9 @@ from transformer.serve.config import ServeConfig  # noqa: E402
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes
 
-EXAMPLES = 100  # per operation and generation mode: bounded, so the suite stays fast
+# per operation and generation mode: bounded, so that the suite stays fast; more by hand with
+# ``FUZZ_EXAMPLES=1000 pytest tests/test_serve_fuzz.py``
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "50"))
 # An invalid request may also be refused for its size (413): that is a rejection too.
 CONFIG = schemathesis.config.SchemathesisConfig.from_dict(
     {"checks": {"negative_data_rejection": {"expected-statuses": [400, 413, 422]}}}
