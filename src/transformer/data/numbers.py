@@ -209,20 +209,30 @@ def number_splits(data: DataConfig) -> NumberSplits:
     train = train if len(train) <= data.numbers_train else []
     while len(train) < data.numbers_train:
         c = classes[int(rng.random() * len(classes))]
-        n = _with_zeros(rng, c.low + int(rng.random() * c.size))
+        n = _training_number(rng, c)
         while n in held_out:
-            n = _with_zeros(rng, c.low + int(rng.random() * c.size))
+            n = _training_number(rng, c)
         train.append(n)
     return NumberSplits(train, evaluation[0], evaluation[1])
 
 
-def _with_zeros(rng: random.Random, n: int) -> int:
-    """``n`` with, with probability TEENS_AFTER_TENS, its last two digits drawn from 70..79 and
-    90..99; then each digit after the first set to 0 with probability ZEROED_DIGITS, then, with
-    probability ROUNDED, its last k digits too (k uniform in 1 .. digits - 1)."""
+def _training_number(rng: random.Random, c: DigitClass) -> int:
+    """A number of class ``c``, drawn uniformly, then its ending and its zeros reshaped."""
+    return _with_zeros(rng, _with_teens(rng, c.low + int(rng.random() * c.size)))
+
+
+def _with_teens(rng: random.Random, n: int) -> int:
+    """``n`` with, with probability TEENS_AFTER_TENS (2+ digits), its last two digits drawn
+    from 70..79 and 90..99."""
     if n >= 10 and rng.random() < TEENS_AFTER_TENS:
         ending = int(rng.random() * 20)  # 0..19: 70..79, then 90..99
         n = n // 100 * 100 + (70 + ending if ending < 10 else 80 + ending)
+    return n
+
+
+def _with_zeros(rng: random.Random, n: int) -> int:
+    """``n`` with each digit after the first set to 0 with probability ZEROED_DIGITS, then, with
+    probability ROUNDED, its last k digits too (k uniform in 1 .. digits - 1)."""
     digits = str(n)
     kept = [d if i == 0 or rng.random() >= ZEROED_DIGITS else "0" for i, d in enumerate(digits)]
     n = int("".join(kept))
