@@ -10,6 +10,7 @@ from transformer.model.attention import (
     MultiHeadAttention,
     attention_fused,
     attention_reference,
+    attention_step,
     scaled_dot_product_attention,
 )
 from transformer.model.masks import combined_mask, look_ahead_mask, padding_mask
@@ -96,6 +97,47 @@ def test_one_query_per_row_on_a_cpu_takes_the_matmul_path_with_the_same_numbers(
     assert (out - fused).abs().max() < 1e-6
     scaled_dot_product_attention(*qkv(Tq=2), mask)  # two queries: the fused kernel
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("Tq", [1, 4])
+@pytest.mark.parametrize("Tk", [1, 4, 8, 12, 13, 15, 16, 17, 40])
+def test_a_decoding_steps_attention_is_the_references_on_both_sides_of_each_threshold(
+    Tk, Tq, monkeypatch
+):
+    """``attention_step`` multiplies and sums where ``bmm`` would not use BLAS (one query,
+    Tk · Dh < 400: Tk <= 12 at Dh 32, with enough rows) and pads rows of fewer than 16 keys
+    for the softmax: the reference's numbers to float32 rounding, with a padded row and a row
+    with nothing to attend to (zeros), and with no mask."""
+    B, H, Dh = 24, 4, 32
+    q, k, v = qkv(B=B, H=H, Tq=Tq, Tk=Tk, Dh=Dh, seed=Tk)
+    mask = torch.ones(B, 1, 1, Tk, dtype=torch.bool)
+    mask[1, ..., (Tk + 1) // 2 :] = False  # a shorter source
+    mask[2] = False  # an empty one
+    products = []
+    bmm = torch.bmm
+    monkeypatch.setattr(torch, "bmm", lambda *a: products.append(a) or bmm(*a))
+    for m in (mask, None):
+        expected, _ = attention_reference(q, k, v, m)
+        products.clear()
+        got = attention_step(q, k.contiguous(), v.contiguous(), m)
+        assert got.shape == (B, H, Tq, Dh)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+        small = Tq == 1 and Tk * Dh < 400 and B * H * Tk >= attention_module.FEW_SCORES
+        assert small == (Tq == 1 and Tk in (8, 12))
+        assert len(products) == (0 if small else 2)
+    assert attention_step(q, k, v, mask)[2].abs().max() == 0
+
+
+def test_a_short_softmax_row_is_padded_only_for_the_kernel():
+    scores = torch.randn(48, 3, 13)
+    scores[0, 0, 4:] = torch.finfo(scores.dtype).min  # blocked keys, as attention_step masks
+    weights = attention_module._softmax(scores)
+    assert weights.shape == scores.shape
+    torch.testing.assert_close(weights, scores.softmax(dim=-1), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(48, 3))
+    assert weights[0, 0, 4:].abs().max() == 0
+    wide = torch.randn(2, 16)
+    assert torch.equal(attention_module._softmax(wide), wide.softmax(dim=-1))
 
 
 def test_multi_head_is_concatenation_of_single_heads():

@@ -117,7 +117,8 @@ class DecoderLayer(nn.Module):
         functions, not modules; dropout (nothing in inference) is not called; the attention
         goes through ``attention_step``; and each residual sum is added into the sublayer's
         fresh output. ``forward``'s path is the reference: tests/test_decoding.py checks that
-        both give equal bits, and the cache the same contents.
+        both give the same numbers (to float32 rounding, where ``attention_step`` goes around
+        a slow kernel), and the cache the same contents.
 
         Args:
             x: the new position of each row (B, 1, D); memory (N, S, D), N = B or, when a
