@@ -104,9 +104,9 @@ def test_one_query_per_row_on_a_cpu_takes_the_matmul_path_with_the_same_numbers(
 def test_a_decoding_steps_attention_is_the_references_on_both_sides_of_each_threshold(
     Tk, Tq, monkeypatch
 ):
-    """``attention_step`` multiplies and sums where ``bmm`` would not use BLAS (one query,
-    Tk · Dh < 400: Tk <= 12 at Dh 32, with enough rows) and pads rows of fewer than 16 keys
-    for the softmax: the reference's numbers to float32 rounding, with a padded row and a row
+    """``attention_step`` multiplies and sums weights·V where ``bmm`` would not use BLAS (one
+    query, Tk · Dh < 400: Tk <= 12 at Dh 32, with enough rows) and pads rows of fewer than 16
+    keys for the softmax: the reference's numbers to float32 rounding, with a padded row and a row
     with nothing to attend to (zeros), and with no mask."""
     B, H, Dh = 24, 4, 32
     q, k, v = qkv(B=B, H=H, Tq=Tq, Tk=Tk, Dh=Dh, seed=Tk)
@@ -124,7 +124,7 @@ def test_a_decoding_steps_attention_is_the_references_on_both_sides_of_each_thre
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
         small = Tq == 1 and Tk * Dh < 400 and B * H * Tk >= attention_module.FEW_SCORES
         assert small == (Tq == 1 and Tk in (8, 12))
-        assert len(products) == (0 if small else 2)
+        assert len(products) == (1 if small else 2)
     assert attention_step(q, k, v, mask)[2].abs().max() == 0
 
 

@@ -66,10 +66,10 @@ def attention_fused(
 
 
 # Two thresholds of PyTorch's CPU kernels that a decoding step falls under (measured on the
-# project's 2-core CPU, one thread, 256 rows of one query: docs/speed.md):
+# project's 2-core CPU, one thread, 256 rows of one query: benchmarks/attention_kernels.py):
 # - ``bmm`` multiplies in a scalar loop, without BLAS, when a product's contraction · rows ·
-#   columns is below 400: weights·V over 12 keys took 109 µs, over 13 keys 17 µs;
-# - ``softmax`` vectorises rows of 16 or more: 13 columns took 58 µs, 16 columns 6 µs.
+#   columns is below 400: weights·V over 12 keys took 110 µs, over 13 keys 26 µs;
+# - ``softmax`` vectorises rows of 16 or more: 13 columns took 59 µs, 16 columns 7 µs.
 # Below 512 scores in all (a step of 8 rows of 4 heads over 12 keys) the way around each costs
 # more than it saves.
 SMALL_PRODUCT = 400
@@ -81,11 +81,11 @@ def attention_step(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) 
     """``attention_reference``'s maths for a decoding step, in fewer and faster operations:
     the heads of every row as one batch of products, the scores scaled and masked in place,
     the blocked weights zeroed in place (zeros for a query with nothing to attend to, an empty
-    source's), and no weights kept. Where a step's products are too small for ``bmm`` to use
-    BLAS (one query over a few keys: the first steps of self-attention, a short source), they
-    are multiplied and summed instead; rows of fewer than 16 keys go through ``softmax``
-    padded to 16 (``_softmax``). tests/test_attention.py checks it against the reference on
-    both sides of each threshold.
+    source's), and no weights kept. Where weights·V is too small for ``bmm`` to use BLAS (one
+    query over a few keys: the first steps of self-attention, a short source), it is
+    multiplied and summed instead (for Q·Kᵀ that was slower than ``bmm``'s loop); rows of
+    fewer than 16 keys go through ``softmax`` padded to 16 (``_softmax``).
+    tests/test_attention.py checks it against the reference on both sides of each threshold.
 
     Shape:
         q (B, H, Tq, Dh), k and v (B, H, Tk, Dh) (rows and heads mergeable into one dim, as
@@ -94,21 +94,16 @@ def attention_step(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) 
     """
     B, H, Tq, Dh = q.shape
     queries, keys, values = q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)  # (B·H, T, Dh)
-    Tk = keys.size(1)
-    # one query, and bmm would take its scalar loop
-    small = Tq == 1 and Tk * Dh < SMALL_PRODUCT and queries.size(0) * Tk >= FEW_SCORES
-    if small:
-        scores = (queries * keys).sum(dim=-1).unsqueeze(1)  # (B·H, 1, Dh) x (B·H, Tk, Dh)
-    else:
-        scores = torch.bmm(queries, keys.transpose(1, 2))  # (B·H, Tq, Tk)
-    scores = scores.div_(math.sqrt(Dh))
+    scores = torch.bmm(queries, keys.transpose(1, 2)).div_(math.sqrt(Dh))  # (B·H, Tq, Tk)
+    Tk = scores.size(-1)
     if mask is None:
         weights = _softmax(scores)  # (B·H, Tq, Tk)
     else:
         blocked = mask.logical_not()  # (B, 1, 1, Tk)
         scores = scores.view(B, H, Tq, Tk).masked_fill_(blocked, torch.finfo(scores.dtype).min)
         weights = _softmax(scores).masked_fill_(blocked, 0.0).flatten(0, 1)  # (B·H, Tq, Tk)
-    if small:
+    # one query over few keys, where bmm would take its scalar loop: multiplied and summed
+    if Tq == 1 and Tk * Dh < SMALL_PRODUCT and weights.numel() >= FEW_SCORES:
         heads = (weights.transpose(1, 2) * values).sum(dim=1, keepdim=True)  # (B·H, 1, Dh)
     else:
         heads = torch.bmm(weights, values)  # (B·H, Tq, Dh)
