@@ -105,8 +105,8 @@ def test_a_decoding_steps_attention_is_the_references_on_both_sides_of_each_thre
     Tk, Tq, monkeypatch
 ):
     """``attention_step`` multiplies and sums weights·V where ``bmm`` would not use BLAS (one
-    query, Tk · Dh < 400: Tk <= 12 at Dh 32, with enough rows) and pads rows of fewer than 16
-    keys for the softmax: the reference's numbers to float32 rounding, with a padded row and a row
+    query, Tk · Dh < 400: Tk <= 12 at Dh 32) and pads rows of fewer than 16 keys for the
+    softmax: the reference's numbers to float32 rounding, with a padded row and a row
     with nothing to attend to (zeros), and with no mask."""
     B, H, Dh = 24, 4, 32
     q, k, v = qkv(B=B, H=H, Tq=Tq, Tk=Tk, Dh=Dh, seed=Tk)
@@ -122,10 +122,23 @@ def test_a_decoding_steps_attention_is_the_references_on_both_sides_of_each_thre
         got = attention_step(q, k.contiguous(), v.contiguous(), m)
         assert got.shape == (B, H, Tq, Dh)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
-        small = Tq == 1 and Tk * Dh < 400 and B * H * Tk >= attention_module.FEW_SCORES
-        assert small == (Tq == 1 and Tk in (8, 12))
+        small = Tq == 1 and Tk * Dh < 400
         assert len(products) == (1 if small else 2)
     assert attention_step(q, k, v, mask)[2].abs().max() == 0
+
+
+@pytest.mark.parametrize("Tk", [4, 12, 13, 20])
+def test_a_decoding_steps_attention_does_not_depend_on_the_other_rows(Tk):
+    """Which way ``attention_step`` computes depends on the keys only: each row alone gives
+    the bits it gives among 23 others (a sentence's translation does not depend on its
+    batch; tests/test_glossary.py compares whole beam searches bit for bit)."""
+    q, k, v = qkv(B=24, H=4, Tq=1, Tk=Tk, Dh=32, seed=Tk)
+    mask = torch.ones(24, 1, 1, Tk, dtype=torch.bool)
+    mask[1, ..., Tk // 2 :] = False
+    together = attention_step(q, k, v, mask)
+    alone = [attention_step(q[i : i + 1], k[i : i + 1], v[i : i + 1], mask[i : i + 1])
+             for i in range(24)]  # fmt: skip
+    assert torch.equal(together, torch.cat(alone))
 
 
 def test_a_short_softmax_row_is_padded_only_for_the_kernel():

@@ -70,11 +70,10 @@ def attention_fused(
 # - ``bmm`` multiplies in a scalar loop, without BLAS, when a product's contraction · rows ·
 #   columns is below 400: weights·V over 12 keys took 110 µs, over 13 keys 26 µs;
 # - ``softmax`` vectorises rows of 16 or more: 13 columns took 59 µs, 16 columns 7 µs.
-# Below 512 scores in all (a step of 8 rows of 4 heads over 12 keys) the way around each costs
-# more than it saves.
+# The way around each depends on the number of keys only, never on the number of rows, so that
+# a sentence's numbers do not depend on what else is in its batch.
 SMALL_PRODUCT = 400
 SOFTMAX_WIDTH = 16
-FEW_SCORES = 512
 
 
 def attention_step(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -103,7 +102,7 @@ def attention_step(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) 
         scores = scores.view(B, H, Tq, Tk).masked_fill_(blocked, torch.finfo(scores.dtype).min)
         weights = _softmax(scores).masked_fill_(blocked, 0.0).flatten(0, 1)  # (B·H, Tq, Tk)
     # one query over few keys, where bmm would take its scalar loop: multiplied and summed
-    if Tq == 1 and Tk * Dh < SMALL_PRODUCT and weights.numel() >= FEW_SCORES:
+    if Tq == 1 and Tk * Dh < SMALL_PRODUCT:
         heads = (weights.transpose(1, 2) * values).sum(dim=1, keepdim=True)  # (B·H, 1, Dh)
     else:
         heads = torch.bmm(weights, values)  # (B·H, Tq, Dh)
@@ -111,11 +110,11 @@ def attention_step(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) 
 
 
 def _softmax(scores: Tensor) -> Tensor:
-    """softmax over the last dim; on a CPU, rows shorter than ``SOFTMAX_WIDTH`` (at least
-    ``FEW_SCORES`` scores in all) are padded to it with −inf (weight exactly 0) so that the
-    kernel vectorises them, and a view of the real columns comes back."""
+    """softmax over the last dim; on a CPU, rows shorter than ``SOFTMAX_WIDTH`` are padded to
+    it with −inf (weight exactly 0) so that the kernel vectorises them, and a view of the real
+    columns comes back."""
     width = scores.size(-1)
-    if width >= SOFTMAX_WIDTH or scores.numel() < FEW_SCORES or scores.device.type != "cpu":
+    if width >= SOFTMAX_WIDTH or scores.device.type != "cpu":
         return scores.softmax(dim=-1)
     padded = F.pad(scores, (0, SOFTMAX_WIDTH - width), value=float("-inf"))
     return padded.softmax(dim=-1)[..., :width]
