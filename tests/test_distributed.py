@@ -256,3 +256,21 @@ def test_a_training_with_its_own_thread_count_leaves_the_callers(tmp_path):
     cfg = train_config([*TINY, "--max_steps", "1", "--threads", str(threads)])
     train(cfg, tmp_path / "run", progress=False)
     assert torch.get_num_threads() == before  # other runs in this process keep their results
+
+
+@pytest.mark.parametrize("architecture", ["transformer", "rnn"])
+def test_the_models_buffers_are_the_same_on_every_rank_without_a_broadcast(architecture):
+    """DDP runs with ``broadcast_buffers=False`` (training/loop.py): that is right only while
+    every buffer a model has is a constant each rank builds alike, the sinusoidal position
+    tables. A buffer that training changes (a running statistic) would make this fail."""
+    from transformer.config import ModelConfig
+    from transformer.model.build import build_model
+
+    config = ModelConfig(architecture=architecture, src_vocab_size=50, tgt_vocab_size=60)
+    torch.manual_seed(0)
+    first = dict(build_model(config).named_buffers())
+    torch.manual_seed(1)
+    second = dict(build_model(config).named_buffers())
+    assert all(name.endswith("positions.table") for name in first), list(first)
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[name], second[name]) for name in first)

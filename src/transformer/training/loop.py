@@ -290,8 +290,11 @@ def _build(job: Job) -> Parts:
     # from the weights once they are loaded, from --init_from or from the checkpoint resumed.
     with_loss = TrainingLoss(model, t.label_smoothing, runtime.loss_chunk, impossible_tokens(model),
                              compile=runtime.compile)  # fmt: skip
-    forward = DDP(with_loss, device_ids=[device] if device.type == "cuda" else None) if (
-        world.distributed) else with_loss  # fmt: skip
+    # No broadcast of buffers at every forward: the model's only buffers are the sinusoidal
+    # position tables, the same on every rank, and that broadcast was a collective outside
+    # ``world.talking()`` (a rank that hung during it ended rank 0 with a traceback).
+    forward = DDP(with_loss, device_ids=[device] if device.type == "cuda" else None,
+                  broadcast_buffers=False) if world.distributed else with_loss  # fmt: skip
     watch = Divergence(device, check_grad_norm=not scaler.is_enabled())
     return Parts(model, forward, optimizer, scaler, precision, why, state, log_file, watch)
 
