@@ -16,9 +16,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from transformer.config import ModelConfig
 from transformer.data.batching import Example, make_batches
 from transformer.data.binarized import TokenDataset
 from transformer.errors import UserError
+from transformer.model.build import build_model
 from transformer.training.distributed import World, shard
 from transformer.training.loop import train
 from transformer.training.stream import Position, index_stream
@@ -263,9 +265,6 @@ def test_the_models_buffers_are_the_same_on_every_rank_without_a_broadcast(archi
     """DDP runs with ``broadcast_buffers=False`` (training/loop.py): that is right only while
     every buffer a model has is a constant each rank builds alike, the sinusoidal position
     tables. A buffer that training changes (a running statistic) would make this fail."""
-    from transformer.config import ModelConfig
-    from transformer.model.build import build_model
-
     config = ModelConfig(architecture=architecture, src_vocab_size=50, tgt_vocab_size=60)
     torch.manual_seed(0)
     first = dict(build_model(config).named_buffers())
