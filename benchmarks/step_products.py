@@ -1,16 +1,18 @@
-"""How much of one greedy decoding step is matrix products: the step, then its products alone.
+"""How much of one greedy decoding step is matrix products, other operators, and Python.
 
     .venv/bin/python benchmarks/step_products.py --model runs/multi30k-de-en --rows 64,32
 
 One decoding step of a trained model (``--model``; the cache holds ``--past`` positions, the
 source is ``--source`` random tokens) is recorded once with a ``TorchDispatchMode``: every
 operator it calls, with its arguments. Then, on one thread, in turn for ``--rounds`` rounds:
-the step itself (decoder and vocabulary step, ``best_next_tokens``), and the recorded matrix
-products alone called again on the same tensors (``linear``: the decoder's projections and
-feed-forward; ``matmul``: attention's Q·Kᵀ and weights·V; ``mm``: the final linear layer's
-products). What is left, step minus products, is every other operator and the Python around
-them. Fastest of the rounds, in ms per step. Writes ``--report`` (default
-results/step_products.md).
+the step itself (decoder and vocabulary step, ``best_next_tokens``); the recorded matrix
+products alone, called again on the same tensors, by kind (``linear``: the decoder's
+projections and feed-forward, and the final layer where the vocabulary is one product;
+``bmm``: attention's Q·Kᵀ and weights·V; ``mm``/``addmm``: the final layer's products into
+its buffer); and every other recorded operator alone, called again the same way (in-place
+ones too: their numbers change, their cost does not). What is left, step minus both, is the
+Python around the operators and its dispatch into them. Fastest of the rounds, in ms per step.
+Writes ``--report`` (default results/step_products.md).
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ from transformer.model_dir.checkpoints import load_checkpoint
 
 RESULTS = Path(__file__).parent / "results"
 PRODUCTS = ("linear", "matmul", "mm", "addmm", "bmm")
+# report columns: (heading, the kinds of product it sums)
+COLUMNS = [
+    ("linear layers", ("linear",)),
+    ("attention", ("bmm", "matmul")),
+    ("vocabulary", ("mm", "addmm")),
+]
 
 
 class Recorder(TorchDispatchMode):
@@ -76,10 +84,13 @@ def measure(model, rows: int, args: argparse.Namespace) -> dict[str, float | int
     with recorder:
         step()
     kinds: dict[str, list[tuple]] = {}
+    others: list[tuple] = []
     for call in recorder.calls:
         name = str(call[0]).split(".")[1]
         if name in PRODUCTS:
             kinds.setdefault(name, []).append(call)
+        else:
+            others.append(call)
 
     def replay(calls):
         def run():
@@ -91,8 +102,11 @@ def measure(model, rows: int, args: argparse.Namespace) -> dict[str, float | int
     products = [call for calls in kinds.values() for call in calls]
     times: dict[str, float | int] = {"rows": rows, "operators": len(recorder.calls),
                                      "products": len(products)}  # fmt: skip
-    runs = {"step": step, "all products": replay(products)}
-    runs |= {name: replay(calls) for name, calls in kinds.items()}
+    runs = {"step": step, "all products": replay(products), "other operators": replay(others)}
+    for heading, names in COLUMNS:
+        calls = [call for name in names for call in kinds.get(name, [])]
+        if calls:
+            runs[heading] = replay(calls)
     return times | fastest(runs, args.rounds)
 
 
@@ -110,18 +124,21 @@ def main() -> None:
     lines = [f"`python benchmarks/step_products.py --model {args.model} --rows {args.rows}`, "
              f"one thread, {args.past} positions in the cache, {args.source} source tokens; "
              "ms per step, fastest of "
-             f"{args.rounds} rounds of 50.\n",
-             "| rows | operators | products | step | all products | linear | matmul | mm | "
-             "rest |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             f"{args.rounds} rounds of 50. Python: the step minus its operators, each kind "
+             "called again alone on the recorded tensors.\n",
+             "| rows | operators | products | step | all products | "
+             + " | ".join(heading for heading, _ in COLUMNS)
+             + " | other operators | Python and dispatch |",
+             "|---|---|---|---|---|" + "---|" * len(COLUMNS) + "---|---|"]  # fmt: skip
     with torch.inference_mode():
         for rows in (int(r) for r in args.rows.split(",")):
             t = measure(model, rows, args)
-            rest = t["step"] - t["all products"]
+            python = t["step"] - t["all products"] - t["other operators"]
             lines.append(
                 f"| {rows} | {t['operators']} | {t['products']} | {t['step']:.2f} | "
                 f"{t['all products']:.2f} ({t['all products'] / t['step']:.0%}) | "
-                f"{t.get('linear', 0):.2f} | {t.get('matmul', 0):.2f} | {t.get('mm', 0):.2f} | "
-                f"{rest:.2f} |"
+                + " | ".join(f"{t.get(heading, 0):.2f}" for heading, _ in COLUMNS)
+                + f" | {t['other operators']:.2f} | {python:.2f} ({python / t['step']:.0%}) |"
             )
             print(lines[-1], flush=True)
     args.report.write_text("\n".join(lines) + "\n")

@@ -4,7 +4,11 @@ Decoding a batch is a long chain of small operations, one decoder step after ano
 small matrix product gains little from a second core. Two batches decoded at once, each on one
 core, keep both cores busy instead: on the 2-core CPU, Multi30k's test2016 with two batches at
 once on one thread each against one batch at a time on two threads (docs/speed.md). Torch lets
-go of Python's global lock inside each operation, so threads are enough.
+go of Python's global lock inside each operation, so threads are enough where the operators are
+most of the work: at Multi30k's size two processes were no faster. At the demo's size, where a
+fifth of a step is Python and that Python runs one thread at a time, two processes were
+1.10-1.25x faster (benchmarks/threads_processes.py); forked ones hang in torch, and spawned
+ones would load torch and the model again, so the workers stay threads.
 
 ``map_batches`` runs the batches on a pool of worker threads. The model is only read; every
 batch has its own key/value cache. Each worker runs with the calling thread's autocast

@@ -1,0 +1,121 @@
+"""Two batches at once: two threads in one process against two processes of one thread each.
+
+    .venv/bin/python benchmarks/threads_processes.py --model runs/numbers-en-fr
+    .venv/bin/python benchmarks/threads_processes.py --model runs/multi30k-de-en \\
+        --input test_2016_flickr.de --beam 4
+
+``runtime.inter_threads`` translates a file's batches on worker threads of one process
+(inference/parallel.py): torch lets go of Python's global lock inside each operator, but the
+Python between operators runs one thread at a time. This measures what that costs, on the same
+sentences:
+- *threads*: one process, ``threads 2, inter_threads 2`` (the default on 2 cores);
+- *processes*: two processes at once, each ``threads 1, inter_threads 1`` on half of the
+  sentences (the time is the slower one's).
+Each process loads the model and translates a few sentences first; the timed translations of a
+round start together. Seconds are the search only (no start-up), the fastest of ``--rounds``.
+The demo's numbers (3,000, as benchmarks/speed_tables.py) are the default input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHILD = """
+import json, sys, time
+from pathlib import Path
+from transformer.config import RuntimeConfig
+from transformer.inference.engine import load_torch_engine
+model, threads, beam, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+lines = json.loads(Path(sys.argv[5]).read_text(encoding="utf-8"))
+runtime = RuntimeConfig(threads=threads, inter_threads=threads)
+engine = load_torch_engine(Path(model), runtime=runtime, beam_size=beam)
+engine.translate(lines[:64])
+print(time.time() - start)  # > 0: ready late, after the others had begun
+while time.time() < start:
+    time.sleep(0.001)
+began = time.perf_counter()
+engine.translate(lines)
+print(time.perf_counter() - began)
+"""
+
+
+def demo_numbers(model: Path) -> list[str]:
+    """The 3,000 numbers of the demo's whole-command table (speed_tables.py)."""
+    from transformer.config.files import build_config
+    from transformer.data.numbers import number_pairs
+
+    config = build_config(json.loads((model / "config.json").read_text()), str(model))
+    numbers = random.Random(0).sample(range(config.data.numbers_max + 1), 3000)
+    return [source for source, _ in number_pairs(config.data, numbers)]
+
+
+def read_lines(path: Path) -> list[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def run_at_once(jobs: list[tuple[list[str], int]], model: Path, beam: int) -> float:
+    """Starts one process per (sentences, threads) job; their searches begin together. The
+    slowest search's seconds."""
+    start = time.time() + 15  # room to import torch and load the model
+    with tempfile.TemporaryDirectory() as folder:
+        children = []
+        for i, (lines, threads) in enumerate(jobs):
+            sentences = Path(folder) / f"{i}.json"
+            sentences.write_text(json.dumps(lines), encoding="utf-8")
+            command = [sys.executable, "-c", CHILD, str(model), str(threads), str(beam),
+                       str(start), str(sentences)]  # fmt: skip
+            children.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
+        seconds = []
+        for child in children:
+            out, _ = child.communicate()
+            if child.returncode:
+                sys.exit(f"a translating process failed (exit {child.returncode})")
+            late, took = (float(x) for x in out.split()[-2:])
+            if late > 0:
+                sys.exit(f"a process was ready {late:.1f} s after the start: raise its lead")
+            seconds.append(took)
+    return max(seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=Path("runs/numbers-en-fr"))
+    parser.add_argument("--input", type=Path, help="sentences, one a line (.gz too); "
+                        "default: the demo's 3,000 numbers")  # fmt: skip
+    parser.add_argument("--beam", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--markdown", type=Path, help="also write the table here")
+    args = parser.parse_args()
+    lines = read_lines(args.input) if args.input else demo_numbers(args.model)
+    half = len(lines) // 2
+    modes = {"threads": [(lines, 2)], "processes": [(lines[:half], 1), (lines[half:], 1)]}
+    best = dict.fromkeys(modes, float("inf"))
+    for _ in range(args.rounds):
+        for name, jobs in modes.items():
+            best[name] = min(best[name], run_at_once(jobs, args.model, args.beam))
+            print(name, f"{best[name]:.2f} s", flush=True)
+    table = (
+        f"`python benchmarks/threads_processes.py {' '.join(sys.argv[1:])}`: {len(lines)} "
+        f"sentences, beam {args.beam}, the search's seconds, fastest of {args.rounds}.\n\n"
+        "| two threads in one process | two processes of one thread | processes ÷ threads |\n"
+        "|---|---|---|\n"
+        f"| {best['threads']:.2f} s | {best['processes']:.2f} s | "
+        f"{best['threads'] / best['processes']:.2f}× |\n"
+    )
+    print(table)
+    if args.markdown:
+        args.markdown.write_text(table)
+
+
+if __name__ == "__main__":
+    main()
