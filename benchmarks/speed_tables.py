@@ -50,12 +50,17 @@ def run_script(script: str, args: list[str], out: Path) -> str:
     return out.read_text()
 
 
-def whole_command(demo: Path, rounds: int, work: Path) -> str:
-    """The demo's ``transformer translate`` against ``--engine ctranslate2`` on 3,000 numbers."""
+def demo_numbers(demo: Path) -> list[str]:
+    """The 3,000 numbers (English, seeded) that the demo's whole-command table translates."""
     config = build_config(json.loads((demo / "config.json").read_text()), str(demo))
     numbers = random.Random(0).sample(range(config.data.numbers_max + 1), 3000)
+    return [source for source, _ in number_pairs(config.data, numbers)]
+
+
+def whole_command(demo: Path, rounds: int, work: Path) -> str:
+    """The demo's ``transformer translate`` against ``--engine ctranslate2`` on 3,000 numbers."""
     source = work / "numbers.en"
-    source.write_text("".join(f"{s}\n" for s, _ in number_pairs(config.data, numbers)))
+    source.write_text("".join(f"{s}\n" for s in demo_numbers(demo)))
     export = work / "export"
     cli = [sys.executable, "-m", "transformer"]
     subprocess.run([*cli, "export", str(demo), "--to", "ctranslate2", str(export)], check=True)

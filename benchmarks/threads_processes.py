@@ -19,14 +19,16 @@ The demo's numbers (3,000, as benchmarks/speed_tables.py) are the default input.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import random
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from speed_tables import demo_numbers
+
+from transformer.data.readers import read_lines
 
 CHILD = """
 import json, sys, time
@@ -45,22 +47,6 @@ began = time.perf_counter()
 engine.translate(lines)
 print(time.perf_counter() - began)
 """
-
-
-def demo_numbers(model: Path) -> list[str]:
-    """The 3,000 numbers of the demo's whole-command table (speed_tables.py)."""
-    from transformer.config.files import build_config
-    from transformer.data.numbers import number_pairs
-
-    config = build_config(json.loads((model / "config.json").read_text()), str(model))
-    numbers = random.Random(0).sample(range(config.data.numbers_max + 1), 3000)
-    return [source for source, _ in number_pairs(config.data, numbers)]
-
-
-def read_lines(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
 
 def run_at_once(jobs: list[tuple[list[str], int]], model: Path, beam: int) -> float:
