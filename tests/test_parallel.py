@@ -1,6 +1,7 @@
 """Batches decoded at once (inference/parallel.py, ``runtime.inter_threads``): the same outputs
 as one batch at a time, the caller's autocast in every worker, torch's threads restored."""
 
+import sys
 import threading
 
 import pytest
@@ -40,6 +41,36 @@ def test_the_longest_batch_starts_first_and_results_keep_the_input_order():
     firsts = [max(len(SENTENCES[i]) for i in batch) for batch in started]
     assert firsts == sorted(firsts, reverse=True) and firsts[0] == max(map(len, SENTENCES))
     assert sorted(i for batch in started for i in batch) == list(range(len(SENTENCES)))
+
+
+def test_sentences_per_batch_follow_the_models_width_unless_given():
+    auto = DecodeConfig()
+    assert auto.batch_size == 0
+    widths = (1024, 512, 256, 192, 128, 64, 8)
+    expected = (64, 64, 64, 114, 256, 256, 256)  # 64 · (256/192)² = 113.8
+    assert tuple(auto.sentences_per_batch(w) for w in widths) == expected
+    assert DecodeConfig(batch_size=7).sentences_per_batch(128) == 7
+    assert auto.sized_for(128).batch_size == 256 and auto.sized_for(512).batch_size == 64
+    with pytest.raises(ValueError, match="sized_for"):
+        in_length_batches(SENTENCES, auto, lambda indices, stopped: [])
+
+
+@pytest.mark.parametrize(("batch_size", "sizes"), [(0, [256, 44]), (64, [64] * 4 + [44])])
+def test_a_narrow_model_translates_in_batches_of_256_by_default(monkeypatch, batch_size, sizes):
+    module = sys.modules[in_length_batches.__module__]  # the package's name is a function
+    seen, search = [], module.search
+
+    def counted(model, src_ids, *args, **kwargs):
+        seen.append(src_ids.size(0))
+        return search(model, src_ids, *args, **kwargs)
+
+    monkeypatch.setattr(module, "search", counted)
+    model = tiny_model(40, 30, dropout=0.0)  # d_model below 128
+    assert model.width <= 128
+    sentences = [SENTENCES[i % len(SENTENCES)] for i in range(300)]
+    config = DecodeConfig(beam_size=1, batch_size=batch_size, max_len_b=3)
+    assert len(translate_ids(model, sentences, config)) == 300
+    assert sorted(seen, reverse=True) == sizes
 
 
 def test_every_worker_gets_a_batch_and_threads_are_shared_out():

@@ -54,6 +54,7 @@ def piece_log_probs(engine, sources: list[str], tokens: list[list[int]]) -> list
         returns per pair a list of len(tokens) + 1 floats.
     """
     limit = engine.config.model.max_positions
+    batch = engine.decode.sentences_per_batch(engine.width)
     src = []
     for text in sources:
         ids = encode_source(engine.tokenizers.src.encode(text))
@@ -63,12 +64,12 @@ def piece_log_probs(engine, sources: list[str], tokens: list[list[int]]) -> list
     if engine.name == "ctranslate2":
         source = [[engine.tokenizers.src.id_to_piece(i) for i in ids] for ids in src]
         target = [[engine.tokenizers.tgt.id_to_piece(i) for i in ids] for ids in tokens]
-        found = engine.ct2.score_batch(source, target, max_batch_size=engine.decode.batch_size,
+        found = engine.ct2.score_batch(source, target, max_batch_size=batch,
                                        max_input_length=0)  # fmt: skip
         return [list(r.log_probs) for r in found]
     with engine.precision():
         return _torch_piece_log_probs(engine.model, src, tokens, engine.decode.max_source_tokens,
-                                      engine.decode.batch_size)  # fmt: skip
+                                      batch)  # fmt: skip
 
 
 def _torch_piece_log_probs(

@@ -78,6 +78,7 @@ def translate_ids(
         returns one list of up to ``nbest`` hypotheses per sentence, best score first.
     """
     device = next(iter(model.parameters()), torch.empty(0)).device  # CPU for a parameterless stub
+    config = config.sized_for(model.width)
 
     def run(indices: list[int], left: Stopped | None) -> list[list[Hypothesis]]:
         src_ids = pad([sentences[i] for i in indices], device)  # (B, S)
@@ -108,7 +109,8 @@ def in_length_batches(
 
     Args:
         sentences: source ids (pieces + EOS), no PAD_ID.
-        config: ``batch_size`` and ``max_source_tokens`` bound each batch.
+        config: ``batch_size`` (not 0: ``DecodeConfig.sized_for``) and ``max_source_tokens``
+            bound each batch.
         run: decodes one batch (the indices of its sentences, and ``stopped`` for them) into
             hypotheses per sentence.
         stopped: whether nobody waits for sentence i any more; such a sentence gets no
@@ -116,6 +118,8 @@ def in_length_batches(
         threads: batches decoded at once (``parallel.py``).
     """
     check_no_padding(sentences)
+    if not config.batch_size:
+        raise ValueError("batch_size 0 is resolved for a model first (DecodeConfig.sized_for)")
     lengths = [len(ids) for ids in sentences]
     widths = [max(n, 1) for n in lengths]  # an empty source still takes a column
     order = np.argsort(lengths, kind="stable")
@@ -213,6 +217,7 @@ def translate(
     ``prefixes``, one per sentence ("" for none), start the outputs; ``stopped(i)``: nobody
     waits for sentence i any more (its translation is cut short); ``glossary``: the target
     terms the outputs must contain (``glossary.py``); ``threads``: batches decoded at once."""
+    decode = decode.sized_for(model.width)
 
     def search_ids(
         ids: list[list[int]], prefix_ids: list[list[int]] | None, left: Stopped | None,
