@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from transformer.config import DecodeConfig, RuntimeConfig
+from transformer.config import DecodeConfig, ModelConfig, RuntimeConfig
 from transformer.device import prepare_runtime
 from transformer.errors import UserError
 from transformer.inference import translate_ids
@@ -43,20 +43,33 @@ def test_the_longest_batch_starts_first_and_results_keep_the_input_order():
     assert sorted(i for batch in started for i in batch) == list(range(len(SENTENCES)))
 
 
-def test_sentences_per_batch_follow_the_models_width_unless_given():
+def test_sentences_per_batch_follow_the_cost_of_a_step_unless_given():
+    def model(d, d_ff, vocab, **more):
+        return ModelConfig(d_model=d, d_ff=d_ff, n_heads=4, n_decoder_layers=3,
+                           tgt_vocab_size=vocab, **more)  # fmt: skip
+
+    # one row's step: 3 · (6·d² + 2·d·d_ff) + d·V multiply-adds
+    assert model(256, 1024, 8000).step_products() == 3 * (6 * 65536 + 2 * 262144) + 2_048_000
+    assert model(128, 512, 227).step_products() == 688_128 + 29_056
     auto = DecodeConfig()
     assert auto.batch_size == 0
-    widths = (1024, 512, 256, 192, 128, 64, 8)
-    expected = (64, 64, 64, 114, 256, 256, 256)  # 64 · (256/192)² = 113.8
-    assert tuple(auto.sentences_per_batch(w) for w in widths) == expected
-    assert DecodeConfig(batch_size=7).sentences_per_batch(128) == 7
-    assert auto.sized_for(128).batch_size == 256 and auto.sized_for(512).batch_size == 64
+    cases = [
+        (model(256, 1024, 8000), 64),  # Multi30k's model: the reference
+        (ModelConfig(), 64),  # base, 37,000 words
+        (model(128, 512, 227), 256),  # the demo's: 64 · 6.69, at most 256
+        (model(128, 512, 8000), 179),  # 64 · 4,800,512 / 1,712,128 = 179.4
+        (model(128, 512, 32000), 64),  # a wide vocabulary: a costly step, big logits
+        (model(32, 64, 40, architecture="rnn"), 64),  # an RNN: 64
+    ]
+    assert [auto.sentences_per_batch(m) for m, _ in cases] == [n for _, n in cases]
+    assert DecodeConfig(batch_size=7).sentences_per_batch(model(128, 512, 227)) == 7
+    assert auto.sized_for(model(128, 512, 227)).batch_size == 256
     with pytest.raises(ValueError, match="sized_for"):
         in_length_batches(SENTENCES, auto, lambda indices, stopped: [])
 
 
 @pytest.mark.parametrize(("batch_size", "sizes"), [(0, [256, 44]), (64, [64] * 4 + [44])])
-def test_a_narrow_model_translates_in_batches_of_256_by_default(monkeypatch, batch_size, sizes):
+def test_a_small_model_translates_in_batches_of_256_by_default(monkeypatch, batch_size, sizes):
     module = sys.modules[in_length_batches.__module__]  # the package's name is a function
     seen, search = [], module.search
 
@@ -65,8 +78,8 @@ def test_a_narrow_model_translates_in_batches_of_256_by_default(monkeypatch, bat
         return search(model, src_ids, *args, **kwargs)
 
     monkeypatch.setattr(module, "search", counted)
-    model = tiny_model(40, 30, dropout=0.0)  # d_model below 128
-    assert model.width <= 128
+    model = tiny_model(40, 30, dropout=0.0)
+    assert DecodeConfig().sentences_per_batch(model.config) == 256
     sentences = [SENTENCES[i % len(SENTENCES)] for i in range(300)]
     config = DecodeConfig(beam_size=1, batch_size=batch_size, max_len_b=3)
     assert len(translate_ids(model, sentences, config)) == 300

@@ -12,11 +12,15 @@ from dataclasses import dataclass, replace
 
 from ..errors import BadValue
 from .checks import check_finite, check_ranges, check_types, range_of, ranged
+from .model import ModelConfig
 
 # No output is longer than the model's positions; no model has more than this many.
 LONGEST = 65_536
 # How word alignments are found (inference/alignment.py).
 ALIGNMENT_METHODS = ("auto", "attention", "masking")
+# One row's decoding step (ModelConfig.step_products) of the Multi30k model, d_model 256, 3
+# decoder layers, 8,000 words: 4,800,512 multiply-adds. 64 sentences a batch were fastest there.
+REFERENCE_STEP = ModelConfig.preset("small", tgt_vocab_size=8000).step_products()
 
 
 @dataclass(frozen=True)
@@ -60,8 +64,9 @@ class DecodeConfig:
     target word's log-probability: one more pass per source word; torch engine only) or auto
     (masking to put tags back with the torch engine, attention otherwise)."""
     batch_size: int = ranged(0, 0, LONGEST)
-    """Sentences per batch; 0: as suits the model, 64 at d_model 256 and wider, up to 256 for
-    narrower models, whose steps cost less; in [0, 65536]."""
+    """Sentences per batch; 0: as suits the model, 64, or up to 256 for a Transformer whose
+    decoding steps cost less than a d_model 256 one's with 3 layers and 8,000 words; in [0,
+    65536]."""
     max_source_tokens: int = ranged(8192, 1, 1 << 24)
     """Source tokens per batch, padding included; in [1, 16777216]."""
     target_language: str = ""
@@ -86,22 +91,27 @@ class DecodeConfig:
                 f"({self.max_len_b})"
             )
 
-    def sentences_per_batch(self, width: int) -> int:
-        """``batch_size``, or with 0 what suits a model of this ``width`` (d_model): 64
-        sentences at 256 and wider; for a narrower model 64 · (256 / width)², at most 256.
+    def sentences_per_batch(self, model: ModelConfig) -> int:
+        """``batch_size``, or with 0 what suits ``model``: 64 sentences, and for a Transformer
+        whose decoding step costs a row less than the Multi30k model's (``REFERENCE_STEP``),
+        64 times as many as it costs less, at most 256.
 
         A decoder step has a fixed cost (the Python and the operator calls around its matrix
-        products) and products that cost rows · width². A narrow model's step is mostly that
-        fixed cost at 64 rows, so more sentences share each step: the demo's model (width
-        128) translates 3,000 numbers 1.3x faster greedy and 1.1-1.2x beam 4 in batches of
-        256 than of 64, while a Multi30k model (width 256) is fastest at 64 (docs/speed.md)."""
+        products) and products that cost in proportion to the rows. A small model's step is
+        mostly that fixed cost at 64 rows, so more sentences share each step: the demo's model
+        (d_model 128, 227 words) translates 3,000 numbers 1.3x faster greedy and 1.1-1.2x beam
+        4 in batches of 256 than of 64, while the Multi30k model is fastest at 64
+        (docs/speed.md). A wide vocabulary makes a step costly, and its logits big: such a
+        model keeps 64."""
         if self.batch_size:
             return self.batch_size
-        return min(256, max(64, round(64 * (256 / max(width, 1)) ** 2)))
+        if model.architecture != "transformer":
+            return 64
+        return min(256, max(64, round(64 * REFERENCE_STEP / model.step_products())))
 
-    def sized_for(self, width: int) -> DecodeConfig:
-        """This config with ``batch_size`` set to ``sentences_per_batch(width)``."""
-        size = self.sentences_per_batch(width)
+    def sized_for(self, model: ModelConfig) -> DecodeConfig:
+        """This config with ``batch_size`` set to ``sentences_per_batch(model)``."""
+        size = self.sentences_per_batch(model)
         return self if size == self.batch_size else replace(self, batch_size=size)
 
     @property

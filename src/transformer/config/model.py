@@ -135,6 +135,15 @@ class ModelConfig:
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
+    def step_products(self) -> int:
+        """Multiply-adds of one Transformer decoding step for one row: per decoder layer the
+        self-attention's four projections (4·d²), the encoder-decoder attention's query and
+        output (2·d²) and the feed-forward (2·d·d_ff); then the output layer (d·V). Left out:
+        the source's keys and values, made once, and the attention's scores, which grow with
+        the length."""
+        d = self.d_model
+        return self.n_decoder_layers * (6 * d * d + 2 * d * self.d_ff) + d * self.tgt_vocab_size
+
     @classmethod
     def preset(cls, name: str, **overrides: object) -> ModelConfig:
         """A named preset (``tiny``, ``small``, ``base``, ``big``) with fields overridden."""

@@ -136,7 +136,6 @@ class CTranslate2Engine:
         self._tgt_ids = {p: i for i, p in enumerate(self._tgt_pieces)}
         self._special = {i: self.tokenizers.tgt.id_to_piece(i) for i in (PAD_ID, BOS_ID)}
         self._options = translate_batch_options(self.decode, self._special, self.patience)
-        self.width = self.config.model.d_model  # what sentences per batch follow
 
     @property
     def device(self) -> str:
@@ -165,7 +164,7 @@ class CTranslate2Engine:
         CTranslate2 has no constrained search."""
         if glossary:
             raise UserError(NO_CONSTRAINED_SEARCH)
-        d = (decode or self.decode).sized_for(self.width)
+        d = (decode or self.decode).sized_for(self.config.model)
         limit = self.config.model.max_positions
         tokenizers = tokenizers_for(self.tokenizers, self.decode, d)
         return translate_with(lambda ids, forced, left, _: self.search_ids(ids, d, forced, left),
@@ -175,7 +174,7 @@ class CTranslate2Engine:
         self, sources: list[str], targets: list[str], decode: DecodeConfig | None = None
     ) -> ScoreResult:
         """Each target's log-probability given its source, by CTranslate2's ``score_batch``."""
-        d = (decode or self.decode).sized_for(self.width)
+        d = (decode or self.decode).sized_for(self.config.model)
 
         def run(src: list[list[int]], tgt: list[list[int]]) -> list[float]:
             source = [[self._src_pieces[i] for i in ids] for ids in src]
@@ -218,7 +217,7 @@ class CTranslate2Engine:
             kept = self.search_ids([sentences[i] for i in keep], decode, forced)
             found = dict(zip(keep, kept, strict=True))
             return [found.get(i, []) for i in range(len(sentences))]
-        d = (decode or self.decode).sized_for(self.width)
+        d = (decode or self.decode).sized_for(self.config.model)
         heads = self.config.model.n_heads
         if d.alignment and d.alignment_method == "masking":
             raise UserError(f"alignment_method {d.alignment_method}: {NO_MASKING}")
@@ -226,7 +225,7 @@ class CTranslate2Engine:
             raise UserError(f"alignment: this ctranslate2 export averages {self.alignment_heads} "
                             f"of {heads} heads; export the model again for alignments")  # fmt: skip
         options = self._options
-        if d != self.decode.sized_for(self.width):
+        if d != self.decode.sized_for(self.config.model):
             options = translate_batch_options(d, self._special, self.patience)
         check_no_padding(sentences)
         if not sentences:

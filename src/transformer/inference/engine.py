@@ -66,10 +66,6 @@ class TorchEngine:
     def parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
-    @property
-    def width(self) -> int:
-        return self.model.width
-
     def translate(
         self,
         sentences: list[str],
@@ -83,7 +79,7 @@ class TorchEngine:
         outputs; ``stopped(i)``: nobody waits for sentence i any more, its search ends at the
         next step; ``glossary`` (a ``Glossary`` or (source, target) pairs): terms the outputs
         must contain (glossary.py)."""
-        d = (decode or self.decode).sized_for(self.width)
+        d = (decode or self.decode).sized_for(self.model.config)
         threads = decode_threads(self.runtime, next(self.model.parameters()).device)
         with self.precision():
             tokenizers = tokenizers_for(self.tokenizers, self.decode, d)
@@ -95,7 +91,7 @@ class TorchEngine:
     ) -> ScoreResult:
         """The model's log-probability of each target given its source (score.py);
         ``decode`` gives the length penalty and the batch limits."""
-        d = (decode or self.decode).sized_for(self.width)
+        d = (decode or self.decode).sized_for(self.model.config)
 
         def run(src: list[list[int]], tgt: list[list[int]]) -> list[float]:
             return score_ids(self.model, src, tgt, d.max_source_tokens, d.batch_size)
@@ -121,9 +117,6 @@ class Engine(Protocol):
 
     @property
     def parameters(self) -> int: ...  # the model's parameter count
-
-    @property
-    def width(self) -> int: ...  # d_model: what sentences per batch follow (DecodeConfig)
 
     def translate(
         self,

@@ -78,7 +78,7 @@ def translate_ids(
         returns one list of up to ``nbest`` hypotheses per sentence, best score first.
     """
     device = next(iter(model.parameters()), torch.empty(0)).device  # CPU for a parameterless stub
-    config = config.sized_for(model.width)
+    config = config.sized_for(model.config)
 
     def run(indices: list[int], left: Stopped | None) -> list[list[Hypothesis]]:
         src_ids = pad([sentences[i] for i in indices], device)  # (B, S)
@@ -217,7 +217,7 @@ def translate(
     ``prefixes``, one per sentence ("" for none), start the outputs; ``stopped(i)``: nobody
     waits for sentence i any more (its translation is cut short); ``glossary``: the target
     terms the outputs must contain (``glossary.py``); ``threads``: batches decoded at once."""
-    decode = decode.sized_for(model.width)
+    decode = decode.sized_for(model.config)
 
     def search_ids(
         ids: list[list[int]], prefix_ids: list[list[int]] | None, left: Stopped | None,
