@@ -79,12 +79,18 @@ def test_the_file_steps_through_every_panel_by_keyboard(browser_path, torch_engi
                 page.keyboard.press("ArrowRight" if i % 2 else "n")
                 sync_api.expect(page.locator(".panel:not([hidden]) h2")).to_be_focused()
 
-        # The numbers on the page are the file's: read one cell of the softmax by keyboard.
+        # The numbers on the page are the file's: read one cell of the softmax by keyboard. The
+        # page is opened again first: a full-page screenshot resizes the window, and the redraw
+        # that follows a resize (after 150 ms) would make the panel's canvases anew mid-read.
+        page.goto(out.as_uri())
+        sync_api.expect(heading).to_have_text(f"1. {PANELS[0]}")
         page.keyboard.press("4")
+        sync_api.expect(heading).to_have_text(f"4. {PANELS[3]}")  # shown before its canvas is read
         canvas = page.locator(".panel:not([hidden]) canvas").nth(2)  # Q·Kᵀ, scaled, softmax
         canvas.focus()
         page.keyboard.press("ArrowRight")
         readout = page.locator(".panel:not([hidden]) output").nth(2)
+        sync_api.expect(readout).to_contain_text("=")  # the cell's value, once the key is handled
         shown = float(readout.inner_text().rsplit("=", 1)[1])
         want = weights(view["encoder"][0]["self"]["weights"])[0, 0, 1]  # head 1, row 1, column 2
         assert shown == pytest.approx(float(want), abs=5e-5)

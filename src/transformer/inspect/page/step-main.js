@@ -120,8 +120,12 @@
     $("prev").addEventListener("click", () => show(current - 1));
     $("next").addEventListener("click", () => show(current + 1));
     document.addEventListener("keydown", onKey);
-    let pending = null;
+    // Redrawn when the width changes, not the height alone (a phone's address bar, a full-page
+    // screenshot): a redraw makes the panel's canvases anew, and the one in focus would lose it.
+    let pending = null, width = window.innerWidth;
     window.addEventListener("resize", () => {
+      if (window.innerWidth === width) return;
+      width = window.innerWidth;
       clearTimeout(pending);
       pending = setTimeout(() => render(current), 150);
     });
