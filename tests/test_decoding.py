@@ -72,7 +72,7 @@ def assert_same(a, b, tol=1e-4):
 @pytest.mark.parametrize("name", ENCODER_DECODERS)
 @pytest.mark.parametrize("capacity", [2, 32], ids=["buffers-grow", "buffers-fit"])
 def test_cached_logits_equal_full_prefix_logits_step_by_step(name, capacity, monkeypatch):
-    monkeypatch.setattr(cache_module, "FIRST_CAPACITY", capacity)  # 2: grows at steps 2, 4, 8
+    monkeypatch.setattr(cache_module, "GROWTH", capacity)  # 2: grows at steps 2, 4, 6, 8
     model = ENCODER_DECODERS[name]()
     # Rows 0, 1 share a source and rows 2, 3 share one, like the beams of two sentences.
     src = padded([[5, 6, 7, 3], [5, 6, 7, 3], [8, 9, 3], [8, 9, 3]])
@@ -95,6 +95,44 @@ def test_cached_logits_equal_full_prefix_logits_step_by_step(name, capacity, mon
                 cache.keep(index, index)
                 tgt, memory, src_mask = tgt[index], memory[index], src_mask[index]
         assert cache.length == tgt.size(1)
+
+
+@pytest.mark.parametrize(
+    ("limit", "rooms"),
+    [(0, [8, 16, 24, 32, 40, 56, 72, 96, 120, 152]), (50, [8, 16, 24, 32, 40, 50])],
+    ids=["no-limit", "limit-50"],
+)
+def test_a_buffer_grows_by_a_quarter_in_whole_steps_up_to_the_limit(limit, rooms):
+    """The room held follows the output: 8 positions, then a quarter more or 8, whichever is
+    more, rounded up to steps of 8 (worked out by hand), never past the search's limit."""
+    layer = cache_module.LayerCache(limit)
+    seen = []
+    for t in range(rooms[-1]):
+        keys = torch.full((2, 1, 1, 3), float(t))  # (B, H, T, Dh)
+        layer.append(keys, -keys)
+        room = layer._kv.size(3)  # type: ignore[union-attr]
+        if not seen or seen[-1] != room:
+            seen.append(room)
+    assert seen == rooms
+    assert torch.equal(layer.self_keys[0, 0, :, 0], torch.arange(float(rooms[-1])))
+
+
+def test_rows_that_stay_are_gathered_into_smaller_buffers_when_half_have_left():
+    """Beam reordering keeps the buffer; when at most half the rows stay, they move into a
+    buffer of their number and the big one is let go (the memory of finished sentences)."""
+    cache = cache_module.DecoderCache.empty(2)
+    keys = torch.arange(8.0)[:, None, None, None].expand(8, 1, 3, 2).contiguous()  # (B, H, T, Dh)
+    for layer in cache.layers:
+        layer.append(keys, keys + 100)
+    cache.reorder(torch.tensor([1, 0, 3, 2, 5, 4, 7, 6]))  # all stay: same room, new order
+    assert [layer._kv.size(1) for layer in cache.layers] == [8, 8]
+    assert cache._spare is not None and cache._spare.size(1) == 8
+    cache.keep(torch.tensor([0, 5, 6]), None)  # 3 of 8 stay
+    for layer in cache.layers:
+        assert layer._kv.size(1) == 3  # type: ignore[union-attr]
+        assert layer.self_keys[:, 0, 0, 0].tolist() == [1.0, 4.0, 7.0]
+        assert layer.self_values[:, 0, 0, 0].tolist() == [101.0, 104.0, 107.0]
+    assert cache._spare is None
 
 
 SEARCHES = {
@@ -164,7 +202,7 @@ def test_a_decoding_step_gives_the_numbers_of_the_layers_own_path(norm_first, ac
     src_mask[1, ..., 3:] = False  # a shorter sentence
     src_mask[2] = False  # an empty one
     fast, general = cache_module.LayerCache(), cache_module.LayerCache()
-    capacity = cache_module.FIRST_CAPACITY
+    capacity = cache_module.GROWTH
     with torch.no_grad():
         for t in range(capacity + 3):  # past the first buffer's room
             x = torch.randn(N * K, 1, D)

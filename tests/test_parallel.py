@@ -3,6 +3,7 @@ as one batch at a time, the caller's autocast in every worker, torch's threads r
 
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -110,8 +111,45 @@ def test_workers_run_in_the_callers_autocast_on_their_own_threads():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert map_batches(run, [1, 2, 3, 4], DecodeThreads(inter=2, total=2)) == [2, 4, 6, 8]
     assert torch.get_num_threads() == before
-    assert {name.startswith("decode") for name, *_ in seen} == {True}
     assert {(on, dtype, n) for _, on, dtype, n in seen} == {(True, torch.bfloat16, 1)}
+
+
+def test_the_caller_takes_the_longest_batches_and_a_worker_the_shortest():
+    """Batches come longest first: the calling thread takes them from the front, the worker
+    from the back, so a long batch runs beside short ones; every batch runs once."""
+    ran = []
+
+    def run(batch):
+        time.sleep(0.05)  # long enough for the worker thread to start
+        ran.append((batch, threading.current_thread() is threading.main_thread()))
+        return batch * 10
+
+    assert map_batches(run, [1, 2, 3, 4, 5, 6], DecodeThreads(inter=2, total=2)) == [
+        10, 20, 30, 40, 50, 60]  # fmt: skip
+    by_caller = dict(ran)
+    assert sorted(by_caller) == [1, 2, 3, 4, 5, 6]
+    assert by_caller[1] is True and by_caller[6] is False
+    caller = [b for b, mine in ran if mine]
+    worker = [b for b, mine in ran if not mine]
+    assert caller == sorted(caller) and worker == sorted(worker, reverse=True)
+    assert max(caller) < min(worker)
+
+
+@pytest.mark.parametrize("failing", [1, 100], ids=["on-the-caller", "on-a-worker"])
+def test_a_failing_batch_stops_the_other_threads_taking_more(failing):
+    ran = []
+
+    def run(batch):
+        ran.append(batch)
+        if batch == failing:
+            time.sleep(0.1)  # the other thread takes a batch or two meanwhile
+            raise RuntimeError(f"batch {batch} failed")
+        time.sleep(0.02)
+        return batch
+
+    with pytest.raises(RuntimeError, match=f"batch {failing} failed"):
+        map_batches(run, list(range(1, 101)), DecodeThreads(inter=2, total=2))
+    assert 1 < len(ran) < 100
 
 
 @pytest.mark.parametrize("value", [-1, 10**6])

@@ -124,10 +124,10 @@ def in_length_batches(
     widths = [max(n, 1) for n in lengths]  # an empty source still takes a column
     order = np.argsort(lengths, kind="stable")
     size = threads.batch_size(len(sentences), config.batch_size)
-    # Longest first: when batches run at once (``threads``), the longest, which take longest,
-    # start first, and the short ones fill in at the end, so that no thread is left decoding
-    # a long batch alone while the others wait (Multi30k test2016, greedy, 2 threads: 1.02-1.03×
-    # faster than shortest first; docs/speed.md). Results come back in input order either way.
+    # Longest first: when batches run at once (``threads``), the calling thread takes them from
+    # the front and the workers from the back (parallel.py), so the longest start at once and a
+    # long batch runs beside short ones; no thread is left decoding a long batch alone at the
+    # end while the others wait. Results come back in input order either way.
     batches = length_batches(widths, None, order, config.max_source_tokens, size)[::-1]
 
     def decode(indices: list[int]) -> dict[int, list[Hypothesis]]:

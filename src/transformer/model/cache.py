@@ -9,11 +9,19 @@ token ever sees a later one). So each decoder layer keeps
 How they are stored, for speed (benchmarks/profile_decode.py; docs/speed.md). The
 self-attention keys and values of a layer live in one buffer, written in place: a step copies
 only its own new keys and values, where ``torch.cat`` copied every earlier step again at every
-step. A buffer that is full is replaced by one twice as long (never longer than the longest
-output the search allows). A beam search's reordering (and the leaving of finished sentences)
-gathers each layer's rows with one ``index_select`` into a spare buffer, which then becomes the
-layer's, and the layer's old one the spare of the next: no new memory per step, and one buffer
-more than the layers have. The attention reads views of the first ``length`` positions.
+step. A buffer starts with room for ``GROWTH`` positions; one that is full is replaced by one
+a quarter longer, in whole steps of ``GROWTH`` (never longer than the longest output the search
+allows), so that the room it holds follows the longest output so far. A beam search's
+reordering (and the leaving of finished sentences) gathers each layer's rows with one
+``index_select`` into a spare buffer, which then becomes the layer's, and the layer's old one
+the spare of the next: no new memory per step, and one buffer more than the layers have. When
+half the rows or more have left, the rows are gathered into smaller buffers instead, so that
+the memory of finished sentences goes back. The attention reads views of the first ``length``
+positions.
+
+Memory, measured (Multi30k test2016, 64 sentences a batch, two batches at once on 2 threads;
+docs/speed.md): buffers that started at 32 positions and doubled held up to twice the room the
+outputs needed, and beam search's 256 rows kept their room after most sentences had finished.
 
 Compiled decoding (``inference/compiled.py``) needs shapes that do not change from step to
 step: its cache is ``fixed``, every buffer as long as the longest output from the start, and
@@ -34,9 +42,10 @@ from torch import Tensor
 
 from .masks import filled_slots_mask, look_ahead_mask
 
-# Positions a buffer has room for at first: most outputs are shorter, and a buffer sized for
-# the longest allowed one took 3 times the memory for a beam search on Multi30k.
-FIRST_CAPACITY = 32
+# Positions a buffer has room for at first, and the step its room grows by (at least a quarter
+# of it at a time, so that growing copies the buffer O(log length) times). A buffer sized for
+# the longest output allowed took 3 times the memory for a beam search on Multi30k.
+GROWTH = 8
 
 
 class LayerCache:
@@ -47,7 +56,7 @@ class LayerCache:
         self.rows = 0  # batch rows in use: the first ``rows`` of the buffer
         self.limit = limit  # the most positions the search will cache (0: not known)
         # positions it has room for; a fixed cache has room for ``limit`` from the start
-        self.capacity = limit if fixed else min(limit or FIRST_CAPACITY, FIRST_CAPACITY)
+        self.capacity = limit if fixed else min(limit or GROWTH, GROWTH)
         self._kv: Tensor | None = None  # (2, ≥B, H, capacity, Dh): keys, then values
         self._cross: Tensor | None = None  # (2, B, H, S, Dh), set once per source
 
@@ -90,10 +99,12 @@ class LayerCache:
         return self._kv[0, :B, :, :end], self._kv[1, :B, :, :end]
 
     def _grow(self, rows: int, heads: int, needed: int, d_head: int, like: Tensor) -> None:
-        """A buffer with room for at least ``needed`` positions (twice the old room when it
-        was too small), holding what the old one held."""
+        """A buffer with room for at least ``needed`` positions (when the old room was too
+        small, ``GROWTH`` or a quarter more, whichever is more, in whole ``GROWTH`` steps:
+        8, 16, 24, 32, 40, 56, 72, 96, 120, ...), holding what the old one held."""
         if self._kv is not None:
-            self.capacity = max(needed, 2 * self.capacity)
+            room = max(needed, self.capacity + max(GROWTH, self.capacity // 4))
+            self.capacity = -(-room // GROWTH) * GROWTH
             if self.limit:
                 self.capacity = max(needed, min(self.capacity, self.limit))
         grown = like.new_zeros(2, max(rows, self.rows), heads, max(self.capacity, needed), d_head)
@@ -109,15 +120,19 @@ class LayerCache:
 
         The self-attention rows are gathered into ``spare`` (a buffer of the same shape, or
         None: a new one), which becomes this layer's; the old buffer is returned, to be the
-        next layer's spare."""
+        next layer's spare. Where at most half the buffer's rows stay, they are gathered into
+        a new buffer of their number instead, and None is returned: the big buffers go."""
         old = self._kv
         if old is not None:
             n = index.numel()
-            if spare is None or spare.shape[2:] != old.shape[2:] or spare.size(1) < n:
-                spare = old.new_zeros([2, max(n, old.size(1)), *old.shape[2:]])
+            shrink = 2 * n <= old.size(1)
+            if shrink or spare is None or spare.shape[2:] != old.shape[2:] or spare.size(1) < n:
+                spare = old.new_zeros([2, n if shrink else max(n, old.size(1)), *old.shape[2:]])
             used = old[:, : self.rows, :, : self.length]  # (2, B, H, t, Dh)
             torch.index_select(used, 1, index, out=spare[:, :n, :, : self.length])
             self._kv, self.rows = spare, n
+            if shrink:
+                old = None
         if sentences is not None and self._cross is not None:
             self._cross = self._cross.index_select(1, sentences)
         return old
