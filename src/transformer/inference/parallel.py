@@ -24,7 +24,7 @@ sentences than would fill a batch per worker are cut into one batch per worker
 
 from __future__ import annotations
 
-import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -79,11 +79,18 @@ def map_batches(
         with _intra_threads(intra):
             return [run(batch) for batch in batches]
     autocast = _autocast_state()
-    queue = _TwoEnds(len(batches))
+    # Batch indices, longest first (``in_length_batches``): the calling thread pops them from
+    # the front, the workers from the back, so a long batch runs beside short ones. A deque's
+    # pops from either end are thread-safe.
+    queue = deque(range(len(batches)))
     results: list[Result | None] = [None] * len(batches)
 
     def take(front: bool) -> None:
-        while (i := queue.next(front)) is not None:
+        while True:
+            try:
+                i = queue.popleft() if front else queue.pop()
+            except IndexError:  # none left
+                return
             results[i] = run(batches[i])
 
     def in_worker() -> None:
@@ -91,7 +98,7 @@ def map_batches(
             with torch.autocast(**autocast):
                 take(front=False)
         finally:
-            queue.close()  # on an error, the others take no new batch either
+            queue.clear()  # on an error, the others take no new batch either
 
     with _intra_threads(intra), ThreadPoolExecutor(
         workers - 1, thread_name_prefix="decode", initializer=torch.set_num_threads,
@@ -101,34 +108,10 @@ def map_batches(
         try:
             take(front=True)
         finally:
-            queue.close()
+            queue.clear()
         for other in others:
             other.result()  # a worker's error, raised here
     return results  # type: ignore[return-value] (every index was run)
-
-
-class _TwoEnds:
-    """The indices of a list of batches, taken from the front by the calling thread and from
-    the back by the workers: batches come longest first (``in_length_batches``), so a long batch
-    runs beside short ones, not beside the next longest."""
-
-    def __init__(self, n: int) -> None:
-        self._front, self._back = 0, n  # indices [front, back) not taken yet
-        self._lock = threading.Lock()
-
-    def next(self, front: bool) -> int | None:
-        with self._lock:
-            if self._front >= self._back:
-                return None
-            if front:
-                self._front += 1
-                return self._front - 1
-            self._back -= 1
-            return self._back
-
-    def close(self) -> None:
-        with self._lock:
-            self._front = self._back
 
 
 @contextmanager

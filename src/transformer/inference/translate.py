@@ -125,7 +125,7 @@ def in_length_batches(
     order = np.argsort(lengths, kind="stable")
     size = threads.batch_size(len(sentences), config.batch_size)
     # Longest first: when batches run at once (``threads``), the calling thread takes them from
-    # the front and the workers from the back (parallel.py), so the longest start at once and a
+    # the front and the workers from the back (parallel.py), so the longest starts at once and a
     # long batch runs beside short ones; no thread is left decoding a long batch alone at the
     # end while the others wait. Results come back in input order either way.
     batches = length_batches(widths, None, order, config.max_source_tokens, size)[::-1]
