@@ -8,7 +8,9 @@
 One run compares, on the same model and the same sentences, greedy search and beam 4 through:
 - ``torch``: our decoder (``translate_ids``) as ``transformer translate`` runs it, with the
   key/value cache and ``runtime.inter_threads``' default (a batch per thread at once,
-  inference/parallel.py); ``torch-serial``: one batch at a time on all the threads;
+  inference/parallel.py) and the linear layers' weights packed for oneDNN
+  (``runtime.pack_weights``, model/linear.py); ``torch-mkl``: that with PyTorch's own products
+  (``--runtime.pack_weights false``); ``torch-serial``: one batch at a time on all the threads;
   ``torch-compiled``: with ``runtime.compile`` (inference/compiled.py: one batch at a time,
   compiled during the warm-up, whose seconds the table gives);
   ``torch-nocache``: that without the cache; ``torch-copies``: ``torch`` with the encoder output
@@ -72,14 +74,17 @@ from transformer.data.corpora import load_splits  # noqa: E402
 from transformer.inference import translate_ids  # noqa: E402
 from transformer.inference.compiled import compile_decoding  # noqa: E402
 from transformer.inference.evaluate import score_translations  # noqa: E402
+from transformer.inference.next_tokens import BLOCK  # noqa: E402
 from transformer.inference.parallel import DecodeThreads, decode_threads  # noqa: E402
 from transformer.model import Transformer  # noqa: E402
+from transformer.model.linear import pack_linear_layers  # noqa: E402
 from transformer.model_dir.checkpoints import load_checkpoint, read_config, resolve_checkpoint
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 
 ENGINES = [
     "torch",
     "torch-compiled",
+    "torch-mkl",
     "torch-serial",
     "torch-nocache",
     "torch-copies",
@@ -178,6 +183,8 @@ def _runner(args: argparse.Namespace, decode: DecodeConfig):
         model = torch_model(args)
         if args.engine == "torch-copies":
             model.beams_share_memory = False
+        if args.engine not in ("torch-compiled", "torch-mkl"):  # as `transformer translate`
+            pack_linear_layers(model, model.output, BLOCK)
         if args.engine == "torch-compiled":  # the model itself, not a wrapper, is compiled
             if args.setting == "fixed":
                 hold_back_eos(model)
@@ -189,7 +196,7 @@ def _runner(args: argparse.Namespace, decode: DecodeConfig):
         # (parallel.py); the others one batch at a time on all the threads
         runtime = RuntimeConfig(threads=args.threads, compile=args.engine == "torch-compiled")
         threads = decode_threads(runtime, torch.device("cpu"))
-        at_once = ("torch", "torch-compiled", "torch-copies")
+        at_once = ("torch", "torch-mkl", "torch-compiled", "torch-copies")
         threads = threads if args.engine in at_once else DecodeThreads()
 
         def run(sentences: list[list[int]]) -> list[list[int]]:

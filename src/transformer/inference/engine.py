@@ -22,10 +22,12 @@ from ..data.tokenizer import Tokenizers
 from ..device import autocast, prepare_runtime, resolve_precision
 from ..errors import ScoresNotFinite, UserError
 from ..model.base import EncoderDecoder
+from ..model.linear import pack_linear_layers
 from ..model_dir.checkpoints import load_checkpoint
 from ..model_dir.layout import model_dir_of
 from .compiled import compile_decoding
 from .glossary import Glossary, glossary_of
+from .next_tokens import BLOCK
 from .parallel import decode_threads
 from .score import ScoreResult, score_ids, score_with
 from .search import Stopped
@@ -151,6 +153,8 @@ def load_torch_engine(
     tokenizers = tokenizers.for_target_language(decode.target_language)
     if runtime.compile:
         compile_decoding(loaded.model)  # or one line on stderr, and eager decoding
+    elif runtime.pack_weights and device.type == "cpu":
+        pack_linear_layers(loaded.model, loaded.model.output, BLOCK)  # whole blocks of logits
     return TorchEngine(loaded.model, tokenizers, decode, loaded.config, loaded.path, runtime)
 
 

@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..model.linear import packed_product
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 
 SLICE = 1024  # vocabulary words per product at least: (256 rows × 1,024) float32 = 1 MB
@@ -133,10 +134,17 @@ def _in_slices(
     products are cut (ties go to the first, as ``argmax`` takes them). Per product: four
     passes over its logits (block maxima; subtract the largest, exp, sum), where
     ``log_softmax`` and ``topk`` on every slice took 1.65 ms of a 16 ms greedy step (64 rows,
-    V 8,000, one thread)."""
+    V 8,000, one thread). Where the output layer is packed (``runtime.pack_weights``), one
+    product makes all the logits, and the same passes run over them ``columns`` at a time."""
     weight, bias = output.weight, output.bias  # (V, D), (V,)
     V, N = output.out_features, hidden.size(0)
-    logits = scratch.take("logits", N, -(-V // BLOCK) * BLOCK, hidden)  # (N, V')
+    width = -(-V // BLOCK) * BLOCK  # V'
+    # all the logits in one product where the weight is packed for oneDNN with its rows padded
+    # to whole blocks (model/linear.py); else products of slices written into the buffer
+    packed = packed_product(hidden, output)  # (N, V') or None
+    if packed is not None and packed.size(1) != width:
+        packed = None  # packed without the padding
+    logits = scratch.take("logits", N, width, hidden) if packed is None else packed  # (N, V')
     if V % BLOCK:  # the last block's columns past V: chosen never
         logits[:, V:] = float("-inf")
     columns = max(SLICE, GROUP_BYTES // (4 * N) // BLOCK * BLOCK)  # words per product
@@ -148,12 +156,13 @@ def _in_slices(
     shifted = scratch.take("shifted", N, min(columns, logits.size(1)), hidden) if direct else None
     normalisers, maxima = [], []  # per product: (N,), (N, columns / BLOCK)
     for start in range(0, V, columns):
-        words = slice(start, min(start + columns, V))
-        part = None if bias is None else bias[words]
-        if direct:
-            _linear_into(logits[:, words], hidden, weight[words], part)
-        else:  # through a new tensor (autocast; gradients)
-            logits[:, words] = F.linear(hidden, weight[words], part)
+        if packed is None:  # this product's logits, into the buffer
+            words = slice(start, min(start + columns, V))
+            part = None if bias is None else bias[words]
+            if direct:
+                _linear_into(logits[:, words], hidden, weight[words], part)
+            else:  # through a new tensor (autocast; gradients)
+                logits[:, words] = F.linear(hidden, weight[words], part)
         z = logits[:, start : start + columns]  # (N, C) whole blocks, a view of the buffer
         block_max = z.unflatten(1, (-1, BLOCK)).amax(dim=-1)  # (N, C / BLOCK)
         top = block_max.amax(dim=-1, keepdim=True)  # (N, 1)

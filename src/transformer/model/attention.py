@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .linear import Linear
+
 
 def attention_scores(q: Tensor, k: Tensor) -> Tensor:
     """Q·Kᵀ / √d_k: how well each query matches each key, before the mask and the softmax.
@@ -162,10 +164,10 @@ class MultiHeadAttention(nn.Module):
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
         self.dropout = dropout
-        self.w_q = nn.Linear(d_model, d_model)
-        self.w_k = nn.Linear(d_model, d_model)
-        self.w_v = nn.Linear(d_model, d_model)
-        self.w_o = nn.Linear(d_model, d_model)
+        self.w_q = Linear(d_model, d_model)
+        self.w_k = Linear(d_model, d_model)
+        self.w_v = Linear(d_model, d_model)
+        self.w_o = Linear(d_model, d_model)
 
     def _split_heads(self, x: Tensor) -> Tensor:
         """(B, T, D) -> (B, H, T, Dh)."""

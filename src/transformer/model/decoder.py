@@ -17,13 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
 from .attention import MultiHeadAttention, attention_step
 from .cache import DecoderCache, FixedSlots, FixedStep, LayerCache
 from .layers import Dropout, FeedForward, LayerNorm, activated
+from .linear import linear
 
 
 @dataclass
@@ -133,25 +133,25 @@ class DecoderLayer(nn.Module):
         x = x.view(B, D)
         # masked self-attention: the new query over the cached keys and its own (no mask)
         y = self.norm1(x) if self.norm_first else x
-        q = F.linear(y, attn.w_q.weight, attn.w_q.bias).view(B, H, 1, Dh)
+        q = linear(y, attn.w_q).view(B, H, 1, Dh)
         keys, values = cache.append(
-            F.linear(y, attn.w_k.weight, attn.w_k.bias).view(B, H, 1, Dh),
-            F.linear(y, attn.w_v.weight, attn.w_v.bias).view(B, H, 1, Dh),
+            linear(y, attn.w_k).view(B, H, 1, Dh),
+            linear(y, attn.w_v).view(B, H, 1, Dh),
         )  # (B, H, t + 1, Dh) each
         heads = attention_step(q, keys, values).view(B, D)  # (B, H, 1, Dh) -> (B, D)
-        x = self._add_norm(x, F.linear(heads, attn.w_o.weight, attn.w_o.bias), self.norm1)
+        x = self._add_norm(x, linear(heads, attn.w_o), self.norm1)
         # encoder-decoder attention: a sentence's K rows are K queries over its memory
         y = self.norm2(x) if self.norm_first else x
         cross_keys, cross_values = self._cross_kv(memory, cache)  # (N, H, S, Dh) each
         N = cross_keys.size(0)
-        q = F.linear(y, cross.w_q.weight, cross.w_q.bias).view(N, B // N, H, Dh).transpose(1, 2)
+        q = linear(y, cross.w_q).view(N, B // N, H, Dh).transpose(1, 2)
         heads = attention_step(q, cross_keys, cross_values, memory_mask)  # (N, H, K, Dh)
         heads = heads.transpose(1, 2).reshape(B, D)
-        x = self._add_norm(x, F.linear(heads, cross.w_o.weight, cross.w_o.bias), self.norm2)
+        x = self._add_norm(x, linear(heads, cross.w_o), self.norm2)
         # feed-forward
         y = self.norm3(x) if self.norm_first else x
-        hidden = activated(ff.activation, F.linear(y, ff.linear1.weight, ff.linear1.bias))  # (B, F)
-        x = self._add_norm(x, F.linear(hidden, ff.linear2.weight, ff.linear2.bias), self.norm3)
+        hidden = activated(ff.activation, linear(y, ff.linear1))  # (B, F)
+        x = self._add_norm(x, linear(hidden, ff.linear2), self.norm3)
         return x.view(B, 1, D)
 
     def _add_norm(self, x: Tensor, sublayer: Tensor, norm: LayerNorm) -> Tensor:

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .linear import Linear
+
 
 def layer_norm_reference(x: Tensor, gamma: Tensor, beta: Tensor, eps: float) -> Tensor:
     """Layer normalisation in the notes' four steps, over the last dim: (..., D) -> (..., D)."""
@@ -104,8 +106,8 @@ class FeedForward(nn.Module):
         self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"
     ) -> None:
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
+        self.linear1 = Linear(d_model, d_ff)
+        self.linear2 = Linear(d_ff, d_model)
         self.dropout = Dropout(dropout)
         self.activation = ACTIVATION_FUNCTIONS[activation]
 

@@ -22,6 +22,7 @@ from .cache import DecoderCache, FixedStep
 from .decoder import Decoder, DecoderAttention
 from .embeddings import Embeddings, TokenEmbedding
 from .encoder import Encoder
+from .linear import Linear
 from .masks import combined_mask, padding_mask
 
 
@@ -48,7 +49,7 @@ class Transformer(EncoderDecoder):
         self.decoder = Decoder(config)
         # The final linear layer: one score (logit) per target-vocabulary word (§3.4); the paper
         # has no bias, Marian adds one (final_logits_bias, ModelConfig.output_bias).
-        self.output = nn.Linear(config.d_model, config.tgt_vocab_size, bias=config.output_bias)
+        self.output = Linear(config.d_model, config.tgt_vocab_size, bias=config.output_bias)
         self._init_linear_weights()
         if config.tie_output:
             self.output.weight = tgt_tokens.weight

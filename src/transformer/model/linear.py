@@ -1,0 +1,134 @@
+"""The linear layer, y = x·Wᵀ + b, with an optional copy of W packed once for oneDNN.
+
+Every projection of the model (queries, keys, values, the attention's output, the feed-forward's
+two layers, the final linear layer) is a ``Linear``: ``torch.nn.Linear``, the same parameters
+and state dict, whose product can run on a copy of its weight that ``pack`` reorders once into
+the blocked layout oneDNN's matrix product reads, where PyTorch's own product (MKL) takes the
+plain weight at every call. Measured on a 2-core AMD EPYC, one thread (docs/speed.md): the
+256 → 8,000 output layer 1.5-2.7× faster at 1 to 64 rows, 256 → 1,024 and 1,024 → 256 1.2-1.9×
+at 4 to 64 rows; but a call costs about 15 µs more, so 128 → 128 is 1.1-4× slower at up to 256
+rows. In whole searches (1 thread, in turn on the same sentences), every layer of the Multi30k
+model packed (256 wide) made greedy and beam search 1.11× faster; the demo model's
+feed-forward layers packed (128 → 512 → 128) made them 0.84× and 0.91× as fast. So
+``pack_linear_layers`` packs only layers at least ``MIN_FEATURES`` wide on both sides. It is
+done for translation on a CPU (``runtime.pack_weights``, inference/engine.py), never for
+training: the packed product has no gradient.
+
+The packed product gives the same numbers as ``F.linear`` to float32 rounding (the order of the
+sums differs), and a row's numbers do not depend on how many rows are multiplied with it, where
+MKL's do (one row against several); tests/test_linear.py checks both.
+
+The packed weight is used only where it still matches the weight: in inference (no gradient,
+no autocast), on the CPU, in float32, and while the weight and bias are the tensors it was made
+from, unchanged since (their version counters); anywhere else, and once the weight changes,
+the layer is ``F.linear`` as before.
+
+Shapes: N rows (any leading dims), I in_features, O out_features, O' O rounded up.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+MIN_FEATURES = 256  # the narrowest layer packed, in and out
+PACKED_ROWS = 64  # the row count oneDNN lays the weight out for (any count is multiplied)
+# oneDNN keeps a compiled product for each shape it has multiplied, and ideep a description of
+# it, 1,024 of each by default: translating test2016 (a few hundred row counts) they held
+# 120 MB. 16 hold what two batches at once use, at the same speed (docs/speed.md).
+CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+CACHED_SHAPES = 16
+
+
+@dataclass
+class Packed:
+    """A weight packed for oneDNN, with what it was made from."""
+
+    weight: Tensor  # (O', I) in oneDNN's layout, O' = O rounded up to ``multiple``
+    bias: Tensor | None  # (O',) zeros past O
+    source: Tensor  # the layer's weight when packed
+    versions: tuple[int, int]  # the weight's and the bias's version counters then
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` whose product may run on a packed copy of its weight (``pack``)."""
+
+    packed: Packed | None = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(…, I) -> (…, O)."""
+        return linear(x, self)
+
+    def pack(self, multiple: int = 1) -> None:
+        """Makes the packed copy of the weight, its rows padded with zeros to a multiple of
+        ``multiple`` (the padded columns of ``packed_product``'s output are 0)."""
+        weight = self.weight.detach()  # (O, I)
+        rows = -(-self.out_features // multiple) * multiple  # O'
+        padding = rows - self.out_features
+        bias = None if self.bias is None else F.pad(self.bias.detach(), (0, padding))  # (O',)
+        reordered = torch.ops.mkldnn._reorder_linear_weight(
+            F.pad(weight, (0, 0, 0, padding)), PACKED_ROWS
+        )
+        self.packed = Packed(reordered, bias, self.weight, _versions(self))
+
+
+def _versions(layer: nn.Linear) -> tuple[int, int]:
+    return layer.weight._version, -1 if layer.bias is None else layer.bias._version
+
+
+def packed_product(x: Tensor, layer: nn.Linear) -> Tensor | None:
+    """x·Wᵀ + b through ``layer``'s packed weight, padded columns included: (…, O'); None where
+    it may not be used (not packed, a gradient or autocast wanted, not float32 on the CPU, or
+    the weight changed since it was packed: then the packed copy is dropped)."""
+    packed = getattr(layer, "packed", None)
+    if packed is None or torch.is_grad_enabled() or x.device.type != "cpu":
+        return None
+    if x.dtype != torch.float or torch.is_autocast_enabled("cpu"):
+        return None
+    if layer.weight is not packed.source or _versions(layer) != packed.versions:
+        layer.packed = None  # type: ignore[union-attr]  (only a Linear has one)
+        return None
+    return torch.ops.mkldnn._linear_pointwise(x, packed.weight, packed.bias, "none", [], "")
+
+
+def linear(x: Tensor, layer: nn.Linear) -> Tensor:
+    """layer(x) without the module call: through the packed weight where it may be used, else
+    ``F.linear``. Shape: (…, I) -> (…, O)."""
+    y = packed_product(x, layer)
+    if y is None:
+        return F.linear(x, layer.weight, layer.bias)
+    return y if y.size(-1) == layer.out_features else y[..., : layer.out_features].contiguous()
+
+
+def can_pack() -> bool:
+    """Whether this PyTorch has oneDNN's packed product, on an x86-64 CPU (where it was
+    measured; elsewhere oneDNN may run on other kernels)."""
+    return (
+        platform.machine().lower() in ("x86_64", "amd64")
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    )
+
+
+def pack_linear_layers(model: nn.Module, output: nn.Module | None = None, multiple: int = 1) -> int:
+    """Packs every ``Linear`` of ``model`` at least ``MIN_FEATURES`` wide, in and out
+    (``output``'s rows padded to a multiple of ``multiple``); returns how many, 0 where
+    ``can_pack`` is False."""
+    if not can_pack():
+        return 0
+    for name in CACHES:  # read at oneDNN's first product; a value already set stays
+        os.environ.setdefault(name, str(CACHED_SHAPES))
+    layers = [
+        m for m in model.modules()
+        if isinstance(m, Linear) and min(m.in_features, m.out_features) >= MIN_FEATURES
+        and m.weight.device.type == "cpu" and m.weight.dtype == torch.float
+    ]  # fmt: skip
+    for layer in layers:
+        layer.pack(multiple if layer is output else 1)
+    return len(layers)

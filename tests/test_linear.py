@@ -1,0 +1,164 @@
+"""The linear layer's packed product (model/linear.py) against ``F.linear``, where it is used and
+where not, and the searches and the engine the same with it and without."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import transformer.model.linear as linear_module
+from transformer.config import DecodeConfig, ModelConfig, RuntimeConfig
+from transformer.inference import greedy_search
+from transformer.inference.beam import beam_search
+from transformer.inference.engine import load_torch_engine
+from transformer.inference.next_tokens import BLOCK, best_next_tokens
+from transformer.model import Transformer
+from transformer.model.linear import Linear, linear, pack_linear_layers, packed_product
+from transformer.vocab import EOS_ID
+
+from helpers import padded
+
+pytestmark = pytest.mark.skipif(
+    not linear_module.can_pack(), reason="this PyTorch has no oneDNN packed product here"
+)
+
+
+def packed_layer(inputs: int, outputs: int, bias: bool = True, multiple: int = 1) -> Linear:
+    torch.manual_seed(0)
+    layer = Linear(inputs, outputs, bias=bias)
+    layer.pack(multiple)
+    return layer
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(7,), (3, 5)])  # rows; batch and positions
+@pytest.mark.parametrize("outputs,multiple", [(256, 1), (300, 1), (300, BLOCK)])
+def test_the_packed_product_equals_f_linear(bias, shape, outputs, multiple):
+    layer = packed_layer(256, outputs, bias, multiple)
+    x = torch.randn(*shape, 256)
+    with torch.inference_mode():
+        found = linear(x, layer)
+        whole = packed_product(x, layer)
+    expected = F.linear(x, layer.weight, layer.bias)
+    assert found.shape == expected.shape and found.is_contiguous()
+    assert (found - expected).abs().max() <= 1e-4 * expected.abs().max()
+    assert whole is not None and whole.size(-1) == -(-outputs // multiple) * multiple
+    assert torch.equal(whole[..., :outputs], found)
+    assert (whole[..., outputs:] == 0).all()  # the padding: zero weights, zero bias
+
+
+def test_a_row_has_the_same_numbers_however_many_rows_share_its_product():
+    """The packed product of a row does not depend on the rows multiplied with it, so that a
+    sentence's numbers do not depend on its batch; MKL's do (one row against several)."""
+    layer = packed_layer(256, 1024)
+    x = torch.randn(200, 256)
+    with torch.inference_mode():
+        alone = linear(x[:1], layer)
+        for rows in (2, 3, 7, 16, 17, 64, 65, 200):
+            assert torch.equal(linear(x[:rows], layer)[:1], alone), rows
+
+
+def test_the_packed_weight_is_used_only_in_inference_in_float32():
+    layer = packed_layer(256, 256)
+    x = torch.randn(4, 256)
+    assert packed_product(x, layer) is None  # a gradient may be wanted
+    with torch.inference_mode():
+        assert packed_product(x, layer) is not None
+        assert packed_product(x.double(), layer) is None
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert packed_product(x, layer) is None
+            assert layer(x).dtype == torch.bfloat16  # autocast's product, as before
+
+
+@pytest.mark.parametrize("change", ["in place", "new parameter", "bias"])
+def test_a_changed_weight_drops_the_packed_copy(change):
+    layer = packed_layer(256, 256)
+    x = torch.randn(4, 256)
+    with torch.no_grad():
+        if change == "in place":
+            layer.weight.mul_(2.0)  # as an optimizer step or load_state_dict writes it
+        elif change == "new parameter":
+            layer.weight = torch.nn.Parameter(layer.weight * 2.0)
+        else:
+            layer.bias.add_(1.0)
+    with torch.inference_mode():
+        assert packed_product(x, layer) is None
+        assert layer.packed is None
+        assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+def wide_model(tgt_vocab: int, d_model: int = 256, tie_output: bool = False) -> Transformer:
+    """A random Transformer wide enough to be packed: 1 + 1 layers, weights N(0, 1/√width)
+    so that outputs vary and some end early."""
+    torch.manual_seed(0)
+    config = ModelConfig(
+        src_vocab_size=40, tgt_vocab_size=tgt_vocab, d_model=d_model, n_heads=4,
+        d_ff=4 * d_model, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0,
+        share_embeddings=False, tie_output=tie_output,
+    )  # fmt: skip
+    model = Transformer(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 3.0 / d_model**0.5)
+        model.output.weight[EOS_ID] *= 1.5
+    return model
+
+
+def test_only_layers_at_least_256_wide_on_both_sides_are_packed():
+    assert pack_linear_layers(wide_model(300, d_model=128)) == 0  # the demo's width
+    model = wide_model(300)
+    linears = [m for m in model.modules() if isinstance(m, Linear)]
+    assert pack_linear_layers(model, model.output, BLOCK) == len(linears) == 4 + 8 + 4 + 1
+    assert all(m.packed is not None for m in linears)
+    assert model.output.packed.weight.size(0) == 320  # whole blocks of logits
+
+
+@pytest.mark.parametrize("vocab", [300, 1100, 2560])  # one product; slices, padded; whole blocks
+@pytest.mark.parametrize("k", [1, 8])
+def test_the_vocabulary_step_is_the_same_with_the_output_layer_packed(vocab, k):
+    model = wide_model(vocab)
+    hidden = torch.randn(12, 256)
+    at_limit = torch.tensor([False, True] * 6)
+    with torch.inference_mode():
+        plain = best_next_tokens(hidden, model.output, k, at_limit)
+        pack_linear_layers(model, model.output, BLOCK)
+        found = best_next_tokens(hidden, model.output, k, at_limit)
+    assert torch.equal(found.tokens, plain.tokens)
+    finite = plain.log_probs.isfinite()
+    assert torch.equal(found.log_probs.isfinite(), finite)
+    assert (found.log_probs[finite] - plain.log_probs[finite]).abs().max() <= 1e-4
+    assert (found.log_normaliser - plain.log_normaliser).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+@pytest.mark.parametrize("tie_output", [False, True])
+def test_searches_are_the_same_with_the_layers_packed(search, tie_output):
+    model = wide_model(1100, tie_output=tie_output)
+    src = padded([[5, 6, 7, 8, 9, 3], [10, 11, 3], [12, 13, 14, 15, 16, 17, 18, 19, 3], [20, 3]])
+    config = DecodeConfig(beam_size=4, nbest=3, max_len_b=12)
+
+    def run():
+        if search == "greedy":
+            return [[h] for h in greedy_search(model, src, config)]
+        return beam_search(model, src, config)
+
+    plain = run()
+    assert pack_linear_layers(model, model.output, BLOCK) > 0
+    packed = run()
+    assert [[h.tokens for h in hs] for hs in packed] == [[h.tokens for h in hs] for hs in plain]
+    assert len({len(hs[0].tokens) for hs in plain}) > 1  # outputs of different lengths
+    for a, b in zip(sum(packed, []), sum(plain, []), strict=True):
+        assert a.score == pytest.approx(b.score, abs=1e-3)
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_the_engine_packs_on_a_cpu_unless_told_not_to(numbers_model, pack, monkeypatch):
+    monkeypatch.setattr(linear_module, "MIN_FEATURES", 1)  # the test model is narrow
+    runtime = RuntimeConfig(device="cpu", pack_weights=pack)
+    engine = load_torch_engine(numbers_model, runtime=runtime)
+    layers = [m for m in engine.model.modules() if isinstance(m, Linear)]
+    assert all((m.packed is not None) == pack for m in layers)
+    unpacked = RuntimeConfig(device="cpu", pack_weights=False)
+    plain = load_torch_engine(numbers_model, runtime=unpacked)
+    sentences = ["three hundred and twelve", "forty-one", "nine thousand and six"]
+    assert engine.translate(sentences).best == plain.translate(sentences).best
