@@ -153,12 +153,14 @@ def test_searches_are_the_same_with_the_layers_packed(search, tie_output):
 
 @pytest.mark.parametrize("pack", [True, False])
 def test_the_engine_packs_on_a_cpu_unless_told_not_to(numbers_model, pack, monkeypatch):
+    """Through ``transformer translate``'s engine, two batches at once on two threads."""
     monkeypatch.setattr(linear_module, "MIN_FEATURES", 1)  # the test model is narrow
-    runtime = RuntimeConfig(device="cpu", pack_weights=pack)
-    engine = load_torch_engine(numbers_model, runtime=runtime)
+    runtime = RuntimeConfig(device="cpu", threads=2, inter_threads=2, pack_weights=pack)
+    engine = load_torch_engine(numbers_model, runtime=runtime, batch_size=2)
     layers = [m for m in engine.model.modules() if isinstance(m, Linear)]
     assert all((m.packed is not None) == pack for m in layers)
-    unpacked = RuntimeConfig(device="cpu", pack_weights=False)
+    unpacked = RuntimeConfig(device="cpu", threads=1, pack_weights=False)
     plain = load_torch_engine(numbers_model, runtime=unpacked)
-    sentences = ["three hundred and twelve", "forty-one", "nine thousand and six"]
+    sentences = "three hundred and twelve|forty-one|nine thousand and six|seven|eighty-eight|two"
+    sentences = sentences.split("|")
     assert engine.translate(sentences).best == plain.translate(sentences).best
