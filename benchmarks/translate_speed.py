@@ -10,7 +10,9 @@ One run compares, on the same model and the same sentences, greedy search and be
   key/value cache and ``runtime.inter_threads``' default (a batch per thread at once,
   inference/parallel.py) and the linear layers' weights packed for oneDNN
   (``runtime.pack_weights``, model/linear.py); ``torch-mkl``: that with PyTorch's own products
-  (``--runtime.pack_weights false``); ``torch-serial``: one batch at a time on all the threads;
+  (``--runtime.pack_weights false``); ``torch-bf16``: the packed layers in bf16
+  (``--runtime.precision bf16``, or ``auto`` on a CPU with native bf16); ``torch-serial``: one
+  batch at a time on all the threads;
   ``torch-compiled``: with ``runtime.compile`` (inference/compiled.py: one batch at a time,
   compiled during the warm-up, whose seconds the table gives);
   ``torch-nocache``: that without the cache; ``torch-copies``: ``torch`` with the encoder output
@@ -85,6 +87,7 @@ ENGINES = [
     "torch",
     "torch-compiled",
     "torch-mkl",
+    "torch-bf16",
     "torch-serial",
     "torch-nocache",
     "torch-copies",
@@ -184,7 +187,8 @@ def _runner(args: argparse.Namespace, decode: DecodeConfig):
         if args.engine == "torch-copies":
             model.beams_share_memory = False
         if args.engine not in ("torch-compiled", "torch-mkl"):  # as `transformer translate`
-            pack_linear_layers(model, model.output, BLOCK)
+            dtype = torch.bfloat16 if args.engine == "torch-bf16" else torch.float
+            pack_linear_layers(model, model.output, BLOCK, dtype)
         if args.engine == "torch-compiled":  # the model itself, not a wrapper, is compiled
             if args.setting == "fixed":
                 hold_back_eos(model)
@@ -196,7 +200,7 @@ def _runner(args: argparse.Namespace, decode: DecodeConfig):
         # (parallel.py); the others one batch at a time on all the threads
         runtime = RuntimeConfig(threads=args.threads, compile=args.engine == "torch-compiled")
         threads = decode_threads(runtime, torch.device("cpu"))
-        at_once = ("torch", "torch-mkl", "torch-compiled", "torch-copies")
+        at_once = ("torch", "torch-mkl", "torch-bf16", "torch-compiled", "torch-copies")
         threads = threads if args.engine in at_once else DecodeThreads()
 
         def run(sentences: list[list[int]]) -> list[list[int]]:

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import transformer.model.linear as linear_module
+from transformer import device as device_module
 from transformer.config import DecodeConfig, ModelConfig, RuntimeConfig
 from transformer.inference import greedy_search
 from transformer.inference.beam import beam_search
@@ -44,6 +45,25 @@ def test_the_packed_product_equals_f_linear(bias, shape, outputs, multiple):
     assert whole is not None and whole.size(-1) == -(-outputs // multiple) * multiple
     assert torch.equal(whole[..., :outputs], found)
     assert (whole[..., outputs:] == 0).all()  # the padding: zero weights, zero bias
+
+
+def test_a_product_packed_in_bf16_is_float32_rounded_through_bf16():
+    layer = Linear(256, 300)
+    with torch.no_grad():
+        layer.weight.normal_(0.0, 256**-0.5)
+    layer.pack(BLOCK, torch.bfloat16)
+    x = torch.randn(5, 256)
+    with torch.inference_mode():
+        found = linear(x, layer)
+        whole = packed_product(x, layer)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            autocast = F.linear(x, layer.weight, layer.bias)  # what bf16 translation did
+    expected = F.linear(x, layer.weight, layer.bias)
+    assert found.dtype == torch.float and found.shape == expected.shape
+    assert (found - expected).abs().max() <= 2e-2 * expected.abs().max()
+    assert (found - autocast.float()).abs().max() <= 1e-2 * expected.abs().max()
+    assert torch.equal(found, found.bfloat16().float())  # rounded to bf16
+    assert whole.size(-1) == 320 and (whole[:, 300:] == 0).all()
 
 
 def test_a_row_has_the_same_numbers_however_many_rows_share_its_product():
@@ -155,12 +175,39 @@ def test_searches_are_the_same_with_the_layers_packed(search, tie_output):
 def test_the_engine_packs_on_a_cpu_unless_told_not_to(numbers_model, pack, monkeypatch):
     """Through ``transformer translate``'s engine, two batches at once on two threads."""
     monkeypatch.setattr(linear_module, "MIN_FEATURES", 1)  # the test model is narrow
-    runtime = RuntimeConfig(device="cpu", threads=2, inter_threads=2, pack_weights=pack)
+    runtime = RuntimeConfig(device="cpu", inter_threads=2, pack_weights=pack)  # threads as set
     engine = load_torch_engine(numbers_model, runtime=runtime, batch_size=2)
     layers = [m for m in engine.model.modules() if isinstance(m, Linear)]
     assert all((m.packed is not None) == pack for m in layers)
-    unpacked = RuntimeConfig(device="cpu", threads=1, pack_weights=False)
+    unpacked = RuntimeConfig(device="cpu", inter_threads=1, pack_weights=False)
     plain = load_torch_engine(numbers_model, runtime=unpacked)
     sentences = "three hundred and twelve|forty-one|nine thousand and six|seven|eighty-eight|two"
     sentences = sentences.split("|")
     assert engine.translate(sentences).best == plain.translate(sentences).best
+
+
+@pytest.mark.parametrize("precision", ["bf16", "auto"])
+def test_bf16_translation_packs_the_layers_in_bf16_without_autocast(
+    numbers_model, precision, monkeypatch
+):
+    monkeypatch.setattr(linear_module, "MIN_FEATURES", 1)  # the test model is narrow
+    monkeypatch.setattr(device_module, "BF16_MIN_D_MODEL_TRANSLATION", 1)
+    monkeypatch.setattr(device_module, "native_bf16_cpu", lambda: "avx512_bf16")
+    runtime = RuntimeConfig(device="cpu", precision=precision)
+    engine = load_torch_engine(numbers_model, runtime=runtime)
+    assert engine.model.output.packed.weight.dtype == torch.bfloat16
+    with engine.precision():
+        assert not torch.is_autocast_enabled("cpu")  # the packed layers carry the precision
+    plain = load_torch_engine(numbers_model, runtime=RuntimeConfig(device="cpu"))
+    sentences = ["three hundred and twelve", "forty-one", "nine thousand and six"]
+    assert engine.translate(sentences).best == plain.translate(sentences).best
+
+
+def test_bf16_without_packing_is_autocast_as_asked_and_auto_stays_fp32(numbers_model, monkeypatch):
+    monkeypatch.setattr(device_module, "BF16_MIN_D_MODEL_TRANSLATION", 1)
+    monkeypatch.setattr(device_module, "native_bf16_cpu", lambda: "avx512_bf16")
+    for precision, autocast in (("bf16", True), ("auto", False)):
+        runtime = RuntimeConfig(device="cpu", precision=precision, pack_weights=False)
+        engine = load_torch_engine(numbers_model, runtime=runtime)
+        with engine.precision():
+            assert torch.is_autocast_enabled("cpu") == autocast, precision

@@ -1,5 +1,6 @@
 """``runtime.precision: auto``: bf16 for training where the CPU multiplies bf16 natively and the
-model is wide enough to gain, fp32 elsewhere and for translation on a CPU; the log says which."""
+model is wide enough to gain, fp32 elsewhere; for translation on a CPU, bf16 in the packed linear
+layers of a wide model; the log says which."""
 
 from __future__ import annotations
 
@@ -10,8 +11,14 @@ import torch
 
 from transformer import device as device_module
 from transformer.config import RuntimeConfig
-from transformer.device import BF16_MIN_D_MODEL, native_bf16_cpu, resolve_precision
+from transformer.device import (
+    BF16_MIN_D_MODEL,
+    BF16_MIN_D_MODEL_TRANSLATION,
+    native_bf16_cpu,
+    resolve_precision,
+)
 from transformer.inference.engine import load_torch_engine
+from transformer.model.linear import MIN_FEATURES
 from transformer.training.loop import train
 
 from helpers import cli, train_config
@@ -63,7 +70,11 @@ def test_auto_on_a_cpu_with_native_bf16(monkeypatch):
     assert wide == "bf16" and "avx512_bf16" in why and f"d_model {BF16_MIN_D_MODEL}" in why
     narrow, why = resolve_precision("auto", CPU, BF16_MIN_D_MODEL - 1)
     assert narrow == "fp32" and "gains nothing" in why
-    assert resolve_precision("auto", CPU, 1024, training=False)[0] == "fp32"
+    translating, why = resolve_precision("auto", CPU, 1024, training=False)
+    assert translating == "bf16" and "packed linear layers" in why
+    narrow = BF16_MIN_D_MODEL_TRANSLATION - 1
+    assert resolve_precision("auto", CPU, narrow, training=False)[0] == "fp32"
+    assert BF16_MIN_D_MODEL_TRANSLATION == MIN_FEATURES  # the narrowest model packed
 
 
 def test_auto_on_a_cpu_without_native_bf16(monkeypatch):

@@ -74,6 +74,10 @@ def check_threads(threads: int, name: str = "threads") -> None:
 # d_model 128, 0.83x at 192 and 0.69x at 256; narrower, the casts cost what the faster
 # products save.
 BF16_MIN_D_MODEL = 192
+# Translation in bf16 on such a CPU: the linear layers packed for oneDNN in bf16, 1.2-1.4x
+# faster than packed in fp32 with the same BLEU (docs/speed.md); a model narrower than
+# model/linear.py's MIN_FEATURES has no layer packed, and stays in fp32.
+BF16_MIN_D_MODEL_TRANSLATION = 256
 # /proc/cpuinfo flags of x86 instructions that multiply bf16 matrices natively (oneDNN uses
 # them for torch's bf16 matmuls); without them bf16 products are emulated and slower.
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -124,7 +128,9 @@ def resolve_precision(
 
     ``auto`` is bf16 for training on a CUDA GPU that supports it, and on a CPU with native bf16
     products (``native_bf16_cpu``) for models at least ``BF16_MIN_D_MODEL`` wide; fp32
-    otherwise. Translation stays in fp32 on a CPU, where bf16 decoding was not measured to pay.
+    otherwise. Translation on such a CPU is bf16 for models at least
+    ``BF16_MIN_D_MODEL_TRANSLATION`` wide: their linear layers packed in bf16 (the engine
+    takes auto's bf16 only that way; model/linear.py).
 
     Args:
         precision: fp32, bf16, fp16 or auto.
@@ -143,7 +149,13 @@ def resolve_precision(
     if flag is None:
         return "fp32", "precision auto: fp32, this CPU has no native bf16 (avx512_bf16, amx_bf16)"
     if not training:
-        return "fp32", "precision auto: fp32 for translation on a CPU"
+        if d_model < BF16_MIN_D_MODEL_TRANSLATION:
+            return "fp32", (
+                f"precision auto: fp32 for translation, d_model {d_model} < "
+                f"{BF16_MIN_D_MODEL_TRANSLATION} (no linear layer packed)"
+            )
+        why = f"this CPU has {flag} and d_model {d_model} >= {BF16_MIN_D_MODEL_TRANSLATION}"
+        return "bf16", f"precision auto: bf16 in the packed linear layers, {why}"
     if d_model < BF16_MIN_D_MODEL:
         return "fp32", (
             f"precision auto: fp32, d_model {d_model} < {BF16_MIN_D_MODEL} gains nothing from "

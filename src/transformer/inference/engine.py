@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import torch
+
 from ..config import DecodeConfig, RunConfig, RuntimeConfig
 from ..data.tokenizer import Tokenizers
 from ..device import autocast, prepare_runtime, resolve_precision
@@ -44,6 +46,9 @@ class TorchEngine:
     config: RunConfig  # saved with the checkpoint
     path: Path  # the checkpoint folder
     runtime: RuntimeConfig = RuntimeConfig()
+    # the precision a search runs under autocast; None: the runtime's. fp32 where the linear
+    # layers were packed in bf16 (``load_torch_engine``): they carry the precision themselves
+    autocast_precision: str | None = None
     name = "torch"
 
     @contextmanager
@@ -51,9 +56,9 @@ class TorchEngine:
         """The runtime's precision (autocast) around a search; scores that overflow in it
         (``search.check_scores``) are named after this model's folder."""
         device = next(self.model.parameters()).device
-        precision, _ = resolve_precision(
-            self.runtime.precision, device, self.model.width, training=False
-        )
+        width = self.model.width
+        asked = resolve_precision(self.runtime.precision, device, width, training=False)[0]
+        precision = self.autocast_precision or asked
         try:
             with autocast(device, precision):
                 yield
@@ -151,11 +156,20 @@ def load_torch_engine(
     decode = loaded.config.decode.with_search(**search)
     tokenizers = Tokenizers.load(model_dir_of(loaded.path))
     tokenizers = tokenizers.for_target_language(decode.target_language)
+    precision, _ = resolve_precision(runtime.precision, device, loaded.model.width, False)
+    packed = 0
     if runtime.compile:
         compile_decoding(loaded.model)  # or one line on stderr, and eager decoding
     elif runtime.pack_weights and device.type == "cpu":
-        pack_linear_layers(loaded.model, loaded.model.output, BLOCK)  # whole blocks of logits
-    return TorchEngine(loaded.model, tokenizers, decode, loaded.config, loaded.path, runtime)
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float
+        # the output layer's rows padded to whole blocks of logits (next_tokens.py)
+        packed = pack_linear_layers(loaded.model, loaded.model.output, BLOCK, dtype)
+    # bf16 on a CPU: in the packed layers, not autocast; auto takes it only that way
+    bf16_cpu = precision == "bf16" and device.type == "cpu"
+    autocast_precision = "fp32" if bf16_cpu and (packed or runtime.precision == "auto") else None
+    return TorchEngine(
+        loaded.model, tokenizers, decode, loaded.config, loaded.path, runtime, autocast_precision
+    )
 
 
 def load_engine(

@@ -50,7 +50,7 @@ class Packed:
     """A weight packed for oneDNN, with what it was made from."""
 
     weight: Tensor  # (O', I) in oneDNN's layout, O' = O rounded up to ``multiple``
-    bias: Tensor | None  # (O',) zeros past O
+    bias: Tensor | None  # (O',) zeros past O, in the weight's dtype
     source: Tensor  # the layer's weight when packed
     versions: tuple[int, int]  # the weight's and the bias's version counters then
 
@@ -64,13 +64,15 @@ class Linear(nn.Linear):
         """(…, I) -> (…, O)."""
         return linear(x, self)
 
-    def pack(self, multiple: int = 1) -> None:
-        """Makes the packed copy of the weight, its rows padded with zeros to a multiple of
-        ``multiple`` (the padded columns of ``packed_product``'s output are 0)."""
-        weight = self.weight.detach()  # (O, I)
+    def pack(self, multiple: int = 1, dtype: torch.dtype = torch.float) -> None:
+        """Makes the packed copy of the weight, in ``dtype`` (float32, or bfloat16: the product's
+        inputs are rounded to bfloat16, its sums kept in float32, its output rounded to bfloat16
+        and returned in float32), its rows padded with zeros to a multiple of ``multiple`` (the
+        padded columns of ``packed_product``'s output are 0)."""
+        weight = self.weight.detach().to(dtype)  # (O, I)
         rows = -(-self.out_features // multiple) * multiple  # O'
         padding = rows - self.out_features
-        bias = None if self.bias is None else F.pad(self.bias.detach(), (0, padding))  # (O',)
+        bias = None if self.bias is None else F.pad(self.bias.detach().to(dtype), (0, padding))
         reordered = torch.ops.mkldnn._reorder_linear_weight(
             F.pad(weight, (0, 0, 0, padding)), PACKED_ROWS
         )
@@ -82,9 +84,10 @@ def _versions(layer: nn.Linear) -> tuple[int, int]:
 
 
 def packed_product(x: Tensor, layer: nn.Linear) -> Tensor | None:
-    """x·Wᵀ + b through ``layer``'s packed weight, padded columns included: (…, O'); None where
-    it may not be used (not packed, a gradient or autocast wanted, not float32 on the CPU, or
-    the weight changed since it was packed: then the packed copy is dropped)."""
+    """x·Wᵀ + b through ``layer``'s packed weight, padded columns included, in float32:
+    (…, O'); None where it may not be used (not packed, a gradient or autocast wanted, not
+    float32 on the CPU, or the weight changed since it was packed: then the packed copy is
+    dropped)."""
     packed = getattr(layer, "packed", None)
     if packed is None or torch.is_grad_enabled() or x.device.type != "cpu":
         return None
@@ -93,7 +96,9 @@ def packed_product(x: Tensor, layer: nn.Linear) -> Tensor | None:
     if layer.weight is not packed.source or _versions(layer) != packed.versions:
         layer.packed = None  # type: ignore[union-attr]  (only a Linear has one)
         return None
-    return torch.ops.mkldnn._linear_pointwise(x, packed.weight, packed.bias, "none", [], "")
+    dtype = packed.weight.dtype
+    y = torch.ops.mkldnn._linear_pointwise(x.to(dtype), packed.weight, packed.bias, "none", [], "")
+    return y if dtype == torch.float else y.float()
 
 
 def linear(x: Tensor, layer: nn.Linear) -> Tensor:
@@ -116,10 +121,15 @@ def can_pack() -> bool:
     )
 
 
-def pack_linear_layers(model: nn.Module, output: nn.Module | None = None, multiple: int = 1) -> int:
-    """Packs every ``Linear`` of ``model`` at least ``MIN_FEATURES`` wide, in and out
-    (``output``'s rows padded to a multiple of ``multiple``); returns how many, 0 where
-    ``can_pack`` is False."""
+def pack_linear_layers(
+    model: nn.Module,
+    output: nn.Module | None = None,
+    multiple: int = 1,
+    dtype: torch.dtype = torch.float,
+) -> int:
+    """Packs every ``Linear`` of ``model`` at least ``MIN_FEATURES`` wide, in and out, in
+    ``dtype`` (``output``'s rows padded to a multiple of ``multiple``); returns how many, 0
+    where ``can_pack`` is False."""
     if not can_pack():
         return 0
     for name in CACHES:  # read at oneDNN's first product; a value already set stays
@@ -130,5 +140,5 @@ def pack_linear_layers(model: nn.Module, output: nn.Module | None = None, multip
         and m.weight.device.type == "cpu" and m.weight.dtype == torch.float
     ]  # fmt: skip
     for layer in layers:
-        layer.pack(multiple if layer is output else 1)
+        layer.pack(multiple if layer is output else 1, dtype)
     return len(layers)
