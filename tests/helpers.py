@@ -28,7 +28,9 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from transformer.cli import main
-from transformer.config import ModelConfig, RunConfig, load_config, sectioned
+from transformer.config import DecodeConfig, ModelConfig, RunConfig, load_config, sectioned
+from transformer.inference import greedy_search
+from transformer.inference.beam import beam_search
 from transformer.inference.translate import translate
 from transformer.model import AttentionMaps, EncoderDecoder, Transformer, build_model
 from transformer.model.masks import padding_mask
@@ -194,6 +196,16 @@ def padded(sentences: list[list[int]]) -> Tensor:
     """Source id lists as one right-padded (B, S) batch."""
     width = max(len(s) for s in sentences)
     return torch.tensor([s + [PAD_ID] * (width - len(s)) for s in sentences])
+
+
+def four_searches(model: EncoderDecoder, search: str) -> list[list]:
+    """Greedy search (its one hypothesis) or beam search (beam 4, the 3 best) over four sources
+    of different lengths, up to 12 tokens each: hypotheses per sentence, best first."""
+    src = padded([[5, 6, 7, 8, 9, 3], [10, 11, 3], [12, 13, 14, 15, 16, 17, 18, 19, 3], [20, 3]])
+    config = DecodeConfig(beam_size=4, nbest=3, max_len_b=12)
+    if search == "greedy":
+        return [[h] for h in greedy_search(model, src, config)]
+    return beam_search(model, src, config)
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:

@@ -7,16 +7,14 @@ import torch.nn.functional as F
 
 import transformer.model.linear as linear_module
 from transformer import device as device_module
-from transformer.config import DecodeConfig, ModelConfig, RuntimeConfig
-from transformer.inference import greedy_search
-from transformer.inference.beam import beam_search
+from transformer.config import ModelConfig, RuntimeConfig
 from transformer.inference.engine import load_torch_engine
 from transformer.inference.next_tokens import BLOCK, best_next_tokens
 from transformer.model import Transformer
 from transformer.model.linear import Linear, linear, pack_linear_layers, packed_product
 from transformer.vocab import EOS_ID
 
-from helpers import padded
+from helpers import four_searches
 
 pytestmark = pytest.mark.skipif(
     not linear_module.can_pack(), reason="this PyTorch has no oneDNN packed product here"
@@ -154,17 +152,9 @@ def test_the_vocabulary_step_is_the_same_with_the_output_layer_packed(vocab, k):
 @pytest.mark.parametrize("tie_output", [False, True])
 def test_searches_are_the_same_with_the_layers_packed(search, tie_output):
     model = wide_model(1100, tie_output=tie_output)
-    src = padded([[5, 6, 7, 8, 9, 3], [10, 11, 3], [12, 13, 14, 15, 16, 17, 18, 19, 3], [20, 3]])
-    config = DecodeConfig(beam_size=4, nbest=3, max_len_b=12)
-
-    def run():
-        if search == "greedy":
-            return [[h] for h in greedy_search(model, src, config)]
-        return beam_search(model, src, config)
-
-    plain = run()
+    plain = four_searches(model, search)
     assert pack_linear_layers(model, model.output, BLOCK) > 0
-    packed = run()
+    packed = four_searches(model, search)
     assert [[h.tokens for h in hs] for hs in packed] == [[h.tokens for h in hs] for hs in plain]
     assert len({len(hs[0].tokens) for hs in plain}) > 1  # outputs of different lengths
     for a, b in zip(sum(packed, []), sum(plain, []), strict=True):

@@ -7,13 +7,10 @@ import torch
 from torch import nn
 
 import transformer.inference.next_tokens as next_tokens
-from transformer.config import DecodeConfig
-from transformer.inference import greedy_search
-from transformer.inference.beam import beam_search
 from transformer.inference.next_tokens import best_next_tokens
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
-from helpers import padded, tiny_model
+from helpers import four_searches, tiny_model
 
 
 def plain(hidden, output, k, at_limit):
@@ -120,17 +117,9 @@ def test_searches_are_the_same_with_the_vocabulary_in_slices(search, monkeypatch
             if p.dim() > 1:
                 p.normal_(0.0, 1.0)
         model.output.weight[EOS_ID] *= 1.5  # some end early
-    src = padded([[5, 6, 7, 8, 9, 3], [10, 11, 3], [12, 13, 14, 15, 16, 17, 18, 19, 3], [20, 3]])
-    config = DecodeConfig(beam_size=4, nbest=3, max_len_b=12)
-
-    def run():
-        if search == "greedy":
-            return [[h] for h in greedy_search(model, src, config)]
-        return beam_search(model, src, config)
-
-    sliced = run()
+    sliced = four_searches(model, search)
     monkeypatch.setattr(next_tokens, "SLICE", 10**6)  # the whole vocabulary in one product
-    whole = run()
+    whole = four_searches(model, search)
     assert [[h.tokens for h in hs] for hs in sliced] == [[h.tokens for h in hs] for hs in whole]
     for a, b in zip(sum(sliced, []), sum(whole, []), strict=True):
         assert a.score == pytest.approx(b.score, abs=1e-4)
