@@ -1,6 +1,8 @@
 """The linear layer's packed product (model/linear.py) against ``F.linear``, where it is used and
 where not, and the searches and the engine the same with it and without."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -102,6 +104,15 @@ def test_a_changed_weight_drops_the_packed_copy(change):
         assert packed_product(x, layer) is None
         assert layer.packed is None
         assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+def test_a_copy_of_a_packed_layer_multiplies_without_the_packed_weight():
+    layer = packed_layer(256, 256)
+    copied = copy.deepcopy(layer)
+    assert layer.packed is not None and copied.packed is None
+    x = torch.randn(4, 256)
+    with torch.inference_mode():
+        assert torch.equal(copied(x), F.linear(x, layer.weight, layer.bias))
 
 
 def wide_model(tgt_vocab: int, d_model: int = 256, tie_output: bool = False) -> Transformer:

@@ -64,6 +64,13 @@ class Linear(nn.Linear):
         """(…, I) -> (…, O)."""
         return linear(x, self)
 
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the packed weight out (oneDNN's layout has no storage to
+        copy): they multiply with ``F.linear`` until packed again."""
+        state = dict(super().__getstate__())
+        state.pop("packed", None)
+        return state
+
     def pack(self, multiple: int = 1, dtype: torch.dtype = torch.float) -> None:
         """Makes the packed copy of the weight, in ``dtype`` (float32, or bfloat16: the product's
         inputs are rounded to bfloat16, its sums kept in float32, its output rounded to bfloat16
