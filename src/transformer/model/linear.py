@@ -16,7 +16,10 @@ training: the packed product has no gradient.
 
 The packed product gives the same numbers as ``F.linear`` to float32 rounding (the order of the
 sums differs), and a row's numbers do not depend on how many rows are multiplied with it, where
-MKL's do (one row against several); tests/test_linear.py checks both.
+MKL's do (one row against several); tests/test_linear.py checks both. Packed in bfloat16
+(``runtime.precision bf16`` when translating on a CPU, or ``auto`` where the CPU has native
+bf16 products), its inputs and output are rounded to bfloat16, as under autocast, and the
+rest of the model stays in float32: 1.2-1.4× faster again on the AMD EPYC, the same BLEU.
 
 The packed weight is used only where it still matches the weight: in inference (no gradient,
 no autocast), on the CPU, in float32, and while the weight and bias are the tensors it was made
