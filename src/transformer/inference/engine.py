@@ -56,9 +56,10 @@ class TorchEngine:
         """The runtime's precision (autocast) around a search; scores that overflow in it
         (``search.check_scores``) are named after this model's folder."""
         device = next(self.model.parameters()).device
-        width = self.model.width
-        asked = resolve_precision(self.runtime.precision, device, width, training=False)[0]
-        precision = self.autocast_precision or asked
+        precision = self.autocast_precision
+        if precision is None:
+            width = self.model.width
+            precision = resolve_precision(self.runtime.precision, device, width, False)[0]
         try:
             with autocast(device, precision):
                 yield

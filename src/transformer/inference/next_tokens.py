@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..model.linear import packed_product
+from ..model.linear import packed_product, packed_rows
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 
 SLICE = 1024  # vocabulary words per product at least: (256 rows × 1,024) float32 = 1 MB
@@ -141,9 +141,8 @@ def _in_slices(
     width = -(-V // BLOCK) * BLOCK  # V'
     # all the logits in one product where the weight is packed for oneDNN with its rows padded
     # to whole blocks (model/linear.py); else products of slices written into the buffer
-    packed = packed_product(hidden, output)  # (N, V') or None
-    if packed is not None and packed.size(1) != width:
-        packed = None  # packed without the padding
+    whole = packed_rows(output) == width
+    packed = packed_product(hidden, output) if whole else None  # (N, V') or None
     logits = scratch.take("logits", N, width, hidden) if packed is None else packed  # (N, V')
     if V % BLOCK:  # the last block's columns past V: chosen never
         logits[:, V:] = float("-inf")

@@ -93,6 +93,12 @@ def _versions(layer: nn.Linear) -> tuple[int, int]:
     return layer.weight._version, -1 if layer.bias is None else layer.bias._version
 
 
+def packed_rows(layer: nn.Module) -> int:
+    """The rows of ``layer``'s packed weight, padding included (O'); 0 where it has none."""
+    packed = getattr(layer, "packed", None)
+    return 0 if packed is None else packed.weight.size(0)
+
+
 def packed_product(x: Tensor, layer: nn.Linear) -> Tensor | None:
     """x·Wᵀ + b through ``layer``'s packed weight, padded columns included, in float32:
     (…, O'); None where it may not be used (not packed, a gradient or autocast wanted, not
