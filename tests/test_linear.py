@@ -89,7 +89,7 @@ def test_the_packed_weight_is_used_only_in_inference_in_float32():
             assert layer(x).dtype == torch.bfloat16  # autocast's product, as before
 
 
-@pytest.mark.parametrize("change", ["in place", "new parameter", "bias"])
+@pytest.mark.parametrize("change", ["in place", "new parameter", "bias", "new bias"])
 def test_a_changed_weight_drops_the_packed_copy(change):
     layer = packed_layer(256, 256)
     x = torch.randn(4, 256)
@@ -98,8 +98,13 @@ def test_a_changed_weight_drops_the_packed_copy(change):
             layer.weight.mul_(2.0)  # as an optimizer step or load_state_dict writes it
         elif change == "new parameter":
             layer.weight = torch.nn.Parameter(layer.weight * 2.0)
-        else:
+        elif change == "bias":
             layer.bias.add_(1.0)
+        else:  # a new tensor, its version counter brought to the old one's
+            old = layer.bias
+            layer.bias = torch.nn.Parameter(old + 1.0)
+            while layer.bias._version < old._version:
+                layer.bias.mul_(1.0)
     with torch.inference_mode():
         assert packed_product(x, layer) is None
         assert layer.packed is None

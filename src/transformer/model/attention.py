@@ -93,22 +93,22 @@ def attention_step(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) 
         a cache's buffer and a linear layer's output are), mask broadcastable to
         (B, 1, 1, Tk) -> (B, H, Tq, Dh).
     """
-    B, H, Tq, Dh = q.shape
-    queries, keys, values = q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)  # (B·H, T, Dh)
-    scores = torch.bmm(queries, keys.transpose(1, 2)).div_(math.sqrt(Dh))  # (B·H, Tq, Tk)
+    Tq, Dh = q.shape[-2:]
+    # (B, H) stay two dims: ``matmul`` folds them into bmm's one batch dim in C++, where
+    # flattening them here took three calls more per attention, each one Python lets go of its
+    # global lock for and takes back (docs/speed.md, "Two batches at once")
+    scores = torch.matmul(q, k.transpose(-2, -1)).div_(math.sqrt(Dh))  # (B, H, Tq, Tk)
     Tk = scores.size(-1)
     if mask is None:
-        weights = _softmax(scores)  # (B·H, Tq, Tk)
+        weights = _softmax(scores)  # (B, H, Tq, Tk)
     else:
         blocked = mask.logical_not()  # (B, 1, 1, Tk)
-        scores = scores.view(B, H, Tq, Tk).masked_fill_(blocked, torch.finfo(scores.dtype).min)
-        weights = _softmax(scores).masked_fill_(blocked, 0.0).flatten(0, 1)  # (B·H, Tq, Tk)
+        scores = scores.masked_fill_(blocked, torch.finfo(scores.dtype).min)
+        weights = _softmax(scores).masked_fill_(blocked, 0.0)  # (B, H, Tq, Tk)
     # one query over few keys, where bmm would take its scalar loop: multiplied and summed
     if Tq == 1 and Tk * Dh < SMALL_PRODUCT:
-        heads = (weights.transpose(1, 2) * values).sum(dim=1, keepdim=True)  # (B·H, 1, Dh)
-    else:
-        heads = torch.bmm(weights, values)  # (B·H, Tq, Dh)
-    return heads.view(B, H, Tq, Dh)
+        return (weights.transpose(-2, -1) * v).sum(dim=-2, keepdim=True)  # (B, H, 1, Dh)
+    return torch.matmul(weights, v)  # (B, H, Tq, Dh)
 
 
 def _softmax(scores: Tensor) -> Tensor:
@@ -116,7 +116,7 @@ def _softmax(scores: Tensor) -> Tensor:
     it with −inf (weight exactly 0) so that the kernel vectorises them, and a view of the real
     columns comes back."""
     width = scores.size(-1)
-    if width >= SOFTMAX_WIDTH or scores.device.type != "cpu":
+    if width >= SOFTMAX_WIDTH or not scores.is_cpu:
         return scores.softmax(dim=-1)
     padded = F.pad(scores, (0, SOFTMAX_WIDTH - width), value=float("-inf"))
     return padded.softmax(dim=-1)[..., :width]

@@ -71,7 +71,8 @@ class DecoderLayer(nn.Module):
         """
         if self._can_step(x, tgt_mask, cache, need_weights):
             assert isinstance(cache, LayerCache)
-            return self.step(x, memory, memory_mask, cache), None
+            B, _, D = x.shape
+            return self.step(x.view(B, D), memory, memory_mask, cache).view(B, 1, D), None
         if self.norm_first:
             attended, self_w = self._self_attention(self.norm1(x), tgt_mask, cache, need_weights)
             x = x + attended
@@ -105,7 +106,7 @@ class DecoderLayer(nn.Module):
         return (
             isinstance(cache, LayerCache) and x.size(1) == 1 and tgt_mask is None
             and not need_weights and not self.training and not torch.is_grad_enabled()
-            and x.device.type == "cpu" and not torch.is_autocast_enabled("cpu")
+            and x.is_cpu and not torch.is_autocast_enabled("cpu")
         )  # fmt: skip
 
     def step(
@@ -121,16 +122,15 @@ class DecoderLayer(nn.Module):
         a slow kernel), and the cache the same contents.
 
         Args:
-            x: the new position of each row (B, 1, D); memory (N, S, D), N = B or, when a
+            x: the new position of each row (B, D); memory (N, S, D), N = B or, when a
                 sentence's K beams share it, B / K; memory_mask (N, 1, 1, S).
             cache: this layer's keys and values so far, updated in place.
         Shape:
-            returns (B, 1, D).
+            returns (B, D).
         """
-        B, _, D = x.shape
+        B, D = x.shape
         attn, cross, ff = self.self_attn, self.cross_attn, self.feed_forward
         H, Dh = attn.n_heads, attn.d_head
-        x = x.view(B, D)
         # masked self-attention: the new query over the cached keys and its own (no mask)
         y = self.norm1(x) if self.norm_first else x
         q = linear(y, attn.w_q).view(B, H, 1, Dh)
@@ -151,8 +151,7 @@ class DecoderLayer(nn.Module):
         # feed-forward
         y = self.norm3(x) if self.norm_first else x
         hidden = activated(ff.activation, linear(y, ff.linear1))  # (B, F)
-        x = self._add_norm(x, linear(hidden, ff.linear2), self.norm3)
-        return x.view(B, 1, D)
+        return self._add_norm(x, linear(hidden, ff.linear2), self.norm3)
 
     def _add_norm(self, x: Tensor, sublayer: Tensor, norm: LayerNorm) -> Tensor:
         """x + sublayer(x), added into the sublayer's output, then the norm (post-norm; with
@@ -242,6 +241,17 @@ class Decoder(nn.Module):
         Shape:
             returns hidden states (B, T, D) and, if ``need_weights``, a DecoderAttention per layer.
         """
+        if (
+            cache is not None
+            and len(self.layers)
+            and self.layers[0]._can_step(x, tgt_mask, cache.layers[0], need_weights)
+        ):
+            # one new position per row: the layers' ``step`` in turn, each row a (D,) vector
+            B, _, D = x.shape
+            rows = x.view(B, D)
+            for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
+                rows = layer.step(rows, memory, memory_mask, layer_cache)
+            return self.final_norm(rows).view(B, 1, D), None
         all_weights: list[DecoderAttention] = []
         for i, layer in enumerate(self.layers):
             layer_cache = cache.layers[i] if cache is not None else None
