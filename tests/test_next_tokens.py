@@ -124,3 +124,25 @@ def test_searches_are_the_same_with_the_vocabulary_in_slices(search, monkeypatch
     for a, b in zip(sum(sliced, []), sum(whole, []), strict=True):
         assert a.score == pytest.approx(b.score, abs=1e-4)
         assert a.log_prob == pytest.approx(b.log_prob, abs=1e-4)
+
+
+@pytest.mark.parametrize("rows_per_group", [1, 8, 64])
+def test_logits_made_at_once_are_normalised_a_group_of_whole_rows_at_a_time(
+    rows_per_group, monkeypatch
+):
+    """``_over_rows`` (the output layer packed): the normaliser of every row is its
+    log-sum-exp and the blocks' maxima are theirs, however many groups the rows make."""
+    monkeypatch.setattr(next_tokens, "ROW_GROUP_BYTES", 4 * 320 * rows_per_group)
+    torch.manual_seed(rows_per_group)
+    logits = torch.randn(37, 320) * 4  # (N, V'), V' = 5 blocks
+    logits[:, 300:] = float("-inf")  # columns past V
+    normaliser, maxima = next_tokens._over_rows(logits, next_tokens.Scratch())
+    torch.testing.assert_close(normaliser, torch.logsumexp(logits, dim=1), rtol=0, atol=2e-6)
+    assert torch.equal(maxima, logits.view(37, 5, 64).amax(dim=-1))
+
+
+def test_the_normaliser_of_rows_asks_for_a_contiguous_buffer():
+    z = torch.randn(4, 128)
+    columns = torch.empty(4, 256)[:, :128]  # a strided slice: the kernel would write it wrong
+    with pytest.raises(AssertionError):
+        next_tokens._log_sum_exp_of_rows(z, z.amax(1, keepdim=True), columns)

@@ -49,6 +49,7 @@ SLICE = 1024  # vocabulary words per product at least: (256 rows × 1,024) float
 GROUP_BYTES = 1 << 20  # a product's logits where rows are few: 1 MB, half a core's L2 here
 BANNED = [PAD_ID, BOS_ID]  # never generated (search.py); both in the first BLOCK words
 BLOCK = 64  # columns whose maximum ``best`` takes first
+ROW_GROUP_BYTES = 8 << 20  # logits passed over at once where one product made them all
 
 
 class Scratch:
@@ -135,7 +136,7 @@ def _in_slices(
     passes over its logits (block maxima; subtract the largest, exp, sum), where
     ``log_softmax`` and ``topk`` on every slice took 1.65 ms of a 16 ms greedy step (64 rows,
     V 8,000, one thread). Where the output layer is packed (``runtime.pack_weights``), one
-    product makes all the logits, and the same passes run over them ``columns`` at a time."""
+    product makes all the logits, and the same passes run over whole rows (``_over_rows``)."""
     weight, bias = output.weight, output.bias  # (V, D), (V,)
     V, N = output.out_features, hidden.size(0)
     width = -(-V // BLOCK) * BLOCK  # V'
@@ -146,32 +147,36 @@ def _in_slices(
     logits = scratch.take("logits", N, width, hidden) if packed is None else packed  # (N, V')
     if V % BLOCK:  # the last block's columns past V: chosen never
         logits[:, V:] = float("-inf")
-    columns = max(SLICE, GROUP_BYTES // (4 * N) // BLOCK * BLOCK)  # words per product
-    # straight into the buffer where the product is float32 anyway (not under autocast) and
-    # no gradient is asked for (a search runs in inference mode)
-    direct = (hidden.dtype == torch.float and not torch.is_grad_enabled()
-              and not torch.is_autocast_enabled(hidden.device.type))  # fmt: skip
-    # z − max of each product, in one buffer as wide as the widest product: (N, C)
-    shifted = scratch.take("shifted", N, min(columns, logits.size(1)), hidden) if direct else None
-    normalisers, maxima = [], []  # per product: (N,), (N, columns / BLOCK)
-    for start in range(0, V, columns):
-        if packed is None:  # this product's logits, into the buffer
-            words = slice(start, min(start + columns, V))
+    if packed is not None:  # all the logits made at once: whole rows, a group at a time
+        log_normaliser, block_max = _over_rows(logits, scratch)  # (N,), (N, V' / BLOCK)
+    else:
+        columns = max(SLICE, GROUP_BYTES // (4 * N) // BLOCK * BLOCK)  # words per product
+        # straight into the buffer where the product is float32 anyway (not under autocast) and
+        # no gradient is asked for (a search runs in inference mode)
+        direct = (hidden.dtype == torch.float and not torch.is_grad_enabled()
+                  and not torch.is_autocast_enabled(hidden.device.type))  # fmt: skip
+        # z − max of each product, in one buffer as wide as the widest product: (N, C)
+        shifted = (
+            scratch.take("shifted", N, min(columns, logits.size(1)), hidden) if direct else None
+        )
+        normalisers, maxima = [], []  # per product: (N,), (N, columns / BLOCK)
+        for start in range(0, V, columns):
+            words = slice(start, min(start + columns, V))  # this product's, into the buffer
             part = None if bias is None else bias[words]
             if direct:
                 _linear_into(logits[:, words], hidden, weight[words], part)
             else:  # through a new tensor (autocast; gradients)
                 logits[:, words] = F.linear(hidden, weight[words], part)
-        z = logits[:, start : start + columns]  # (N, C) whole blocks, a view of the buffer
-        block_max = z.unflatten(1, (-1, BLOCK)).amax(dim=-1)  # (N, C / BLOCK)
-        top = block_max.amax(dim=-1, keepdim=True)  # (N, 1)
-        part_shifted = None if shifted is None else shifted[:, : z.size(1)]
-        normalisers.append(_log_sum_exp(z, top, part_shifted))
-        maxima.append(block_max)
-    # over the products: (N,) and (N, V' / BLOCK)
-    log_normaliser = normalisers[0] if len(normalisers) == 1 else (
-        torch.stack(normalisers, dim=1).logsumexp(dim=1))  # fmt: skip
-    block_max = maxima[0] if len(maxima) == 1 else torch.cat(maxima, dim=1)
+            z = logits[:, start : start + columns]  # (N, C) whole blocks, a view of the buffer
+            block_max = z.unflatten(1, (-1, BLOCK)).amax(dim=-1)  # (N, C / BLOCK)
+            top = block_max.amax(dim=-1, keepdim=True)  # (N, 1)
+            part_shifted = None if shifted is None else shifted[:, : z.size(1)]
+            normalisers.append(_log_sum_exp(z, top, part_shifted))
+            maxima.append(block_max)
+        # over the products: (N,) and (N, V' / BLOCK)
+        log_normaliser = normalisers[0] if len(normalisers) == 1 else (
+            torch.stack(normalisers, dim=1).logsumexp(dim=1))  # fmt: skip
+        block_max = maxima[0] if len(maxima) == 1 else torch.cat(maxima, dim=1)
     # after the normaliser: PAD and BOS take their share of the probability
     eos = logits[:, EOS_ID].clone()  # (N,)
     logits[:, BANNED] = float("-inf")
@@ -186,6 +191,28 @@ def _in_slices(
         log_probs[rows, 0] = eos[rows] - log_normaliser[rows]
         tokens[rows, 0] = EOS_ID
     return NextTokens(log_probs, tokens, log_normaliser)
+
+
+def _over_rows(logits: Tensor, scratch: Scratch) -> tuple[Tensor, Tensor]:
+    """The log-normaliser (N,) and the maxima of the blocks (N, V' / BLOCK) of logits
+    (N, V') made by one product, whole rows at a time, as many rows as make
+    ``ROW_GROUP_BYTES`` (every row of Multi30k's 8,000 words at 256 rows; 36 rows of an
+    OPUS-MT model's 58,101). A row group is contiguous, so the log-softmax kernel reads it
+    without a copy, where a group of columns was a strided view that it copied first; and a
+    row group is a few calls where groups of columns were many (docs/speed.md)."""
+    N, width = logits.shape
+    rows = max(1, min(N, ROW_GROUP_BYTES // (4 * width)))
+    shifted = scratch.take("shifted", rows, width, logits)  # (R, V')
+    normalisers, maxima = [], []  # per group: (R,), (R, V' / BLOCK)
+    for start in range(0, N, rows):
+        z = logits[start : start + rows]  # (R, V')
+        block_max = z.view(z.size(0), -1, BLOCK).amax(dim=-1)  # (R, V' / BLOCK)
+        top = block_max.amax(dim=-1, keepdim=True)  # (R, 1)
+        normalisers.append(_log_sum_exp_of_rows(z, top, shifted[: z.size(0)]))
+        maxima.append(block_max)
+    if len(normalisers) == 1:
+        return normalisers[0], maxima[0]
+    return torch.cat(normalisers), torch.cat(maxima)
 
 
 def _log_normaliser(logits: Tensor, log_probs: Tensor) -> Tensor:
@@ -211,6 +238,18 @@ def _log_sum_exp(z: Tensor, top: Tensor, shifted: Tensor | None) -> Tensor:
     +inf, or where every logit is −inf."""
     shifted = z - top if shifted is None else torch.sub(z, top, out=shifted)
     return (top + shifted.exp_().sum(dim=-1, keepdim=True).log_()).squeeze(1)
+
+
+def _log_sum_exp_of_rows(z: Tensor, top: Tensor, log_probs: Tensor) -> Tensor:
+    """``_log_sum_exp`` of whole rows (R, V') through the log-softmax kernel, whose exponential
+    is vectorised in one pass with the sum: on the AMD EPYC ``exp_`` over (64, 4,096) took
+    230 µs and the whole log-softmax 162 µs (docs/speed.md). z's log-softmax is written into
+    ``log_probs`` (R, V'), which must be contiguous: given a strided ``out`` (a slice of
+    columns), torch 2.13's kernel wrote wrong numbers (docs/speed.md). The normaliser is then
+    the largest logit minus the largest log-probability, as ``_log_normaliser`` takes it."""
+    assert log_probs.is_contiguous()
+    torch.ops.aten._log_softmax.out(z, -1, False, out=log_probs)
+    return top.squeeze(1) - log_probs.amax(dim=-1)
 
 
 def _best_of_blocks(scores: Tensor, maxima: Tensor, k: int) -> tuple[Tensor, Tensor]:
