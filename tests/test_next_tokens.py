@@ -63,7 +63,7 @@ def test_buffers_reused_from_step_to_step_give_what_new_ones_give(k):
             for a, b in zip(reused.__dict__.values(), fresh.__dict__.values(), strict=True):
                 assert torch.equal(a, b)
             kept.append((reused, fresh))
-        assert set(scratch._buffers) == {"logits", "shifted"}
+        assert set(scratch._buffers) == {"logits", "log_probs"}
         for buffer in scratch._buffers.values():
             buffer.fill_(float("nan"))
     for reused, fresh in kept:  # unchanged by later steps' writes into the buffers
@@ -145,4 +145,4 @@ def test_the_normaliser_of_rows_asks_for_a_contiguous_buffer():
     z = torch.randn(4, 128)
     columns = torch.empty(4, 256)[:, :128]  # a strided slice: the kernel would write it wrong
     with pytest.raises(AssertionError):
-        next_tokens._log_sum_exp_of_rows(z, z.amax(1, keepdim=True), columns)
+        next_tokens._log_sum_exp(z, z.amax(1, keepdim=True), columns)

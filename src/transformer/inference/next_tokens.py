@@ -132,10 +132,10 @@ def _in_slices(
     log-normaliser and the maxima of their blocks. Then the k best of the whole vocabulary
     come from the k blocks with the highest maxima (``best``'s rule) and are turned into
     log-probabilities. The best are chosen among the logits, which do not depend on how the
-    products are cut (ties go to the first, as ``argmax`` takes them). Per product: four
-    passes over its logits (block maxima; subtract the largest, exp, sum), where
-    ``log_softmax`` and ``topk`` on every slice took 1.65 ms of a 16 ms greedy step (64 rows,
-    V 8,000, one thread). Where the output layer is packed (``runtime.pack_weights``), one
+    products are cut (ties go to the first, as ``argmax`` takes them). Per product: the
+    block maxima, then the log-softmax kernel's passes for the normaliser (``_log_sum_exp``),
+    where ``log_softmax`` and ``topk`` on every slice took 1.65 ms of a 16 ms greedy step (64
+    rows, V 8,000, one thread). Where the output layer is packed (``runtime.pack_weights``), one
     product makes all the logits, and the same passes run over whole rows (``_over_rows``)."""
     weight, bias = output.weight, output.bias  # (V, D), (V,)
     V, N = output.out_features, hidden.size(0)
@@ -155,9 +155,9 @@ def _in_slices(
         # no gradient is asked for (a search runs in inference mode)
         direct = (hidden.dtype == torch.float and not torch.is_grad_enabled()
                   and not torch.is_autocast_enabled(hidden.device.type))  # fmt: skip
-        # z − max of each product, in one buffer as wide as the widest product: (N, C)
-        shifted = (
-            scratch.take("shifted", N, min(columns, logits.size(1)), hidden) if direct else None
+        # each product's log-softmax, in one buffer as big as the biggest product's: (N, C)
+        buffer = (
+            scratch.take("log_probs", N, min(columns, logits.size(1)), hidden) if direct else None
         )
         normalisers, maxima = [], []  # per product: (N,), (N, columns / BLOCK)
         for start in range(0, V, columns):
@@ -170,8 +170,9 @@ def _in_slices(
             z = logits[:, start : start + columns]  # (N, C) whole blocks, a view of the buffer
             block_max = z.unflatten(1, (-1, BLOCK)).amax(dim=-1)  # (N, C / BLOCK)
             top = block_max.amax(dim=-1, keepdim=True)  # (N, 1)
-            part_shifted = None if shifted is None else shifted[:, : z.size(1)]
-            normalisers.append(_log_sum_exp(z, top, part_shifted))
+            # the buffer's first N·C numbers: a contiguous (N, C), as _log_sum_exp needs
+            out = None if buffer is None else buffer.view(-1)[: z.numel()].view(z.shape)
+            normalisers.append(_log_sum_exp(z, top, out))
             maxima.append(block_max)
         # over the products: (N,) and (N, V' / BLOCK)
         log_normaliser = normalisers[0] if len(normalisers) == 1 else (
@@ -202,13 +203,13 @@ def _over_rows(logits: Tensor, scratch: Scratch) -> tuple[Tensor, Tensor]:
     row group is a few calls where groups of columns were many (docs/speed.md)."""
     N, width = logits.shape
     rows = max(1, min(N, ROW_GROUP_BYTES // (4 * width)))
-    shifted = scratch.take("shifted", rows, width, logits)  # (R, V')
+    buffer = scratch.take("log_probs", rows, width, logits)  # (R, V')
     normalisers, maxima = [], []  # per group: (R,), (R, V' / BLOCK)
     for start in range(0, N, rows):
         z = logits[start : start + rows]  # (R, V')
         block_max = z.view(z.size(0), -1, BLOCK).amax(dim=-1)  # (R, V' / BLOCK)
         top = block_max.amax(dim=-1, keepdim=True)  # (R, 1)
-        normalisers.append(_log_sum_exp_of_rows(z, top, shifted[: z.size(0)]))
+        normalisers.append(_log_sum_exp(z, top, buffer[: z.size(0)]))
         maxima.append(block_max)
     if len(normalisers) == 1:
         return normalisers[0], maxima[0]
@@ -232,23 +233,21 @@ def _linear_into(out: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None) ->
         torch.addmm(bias, x, weight.t(), out=out)
 
 
-def _log_sum_exp(z: Tensor, top: Tensor, shifted: Tensor | None) -> Tensor:
-    """log Σ exp(z) per row of (N, C) given each row's largest logit ``top`` (N, 1): (N,),
-    z − top written into ``shifted`` (N, C) (None: a new tensor). NaN where a logit is NaN or
-    +inf, or where every logit is −inf."""
-    shifted = z - top if shifted is None else torch.sub(z, top, out=shifted)
-    return (top + shifted.exp_().sum(dim=-1, keepdim=True).log_()).squeeze(1)
+def _log_sum_exp(z: Tensor, top: Tensor, log_probs: Tensor | None) -> Tensor:
+    """log Σ exp(z) per row of (N, C) given each row's largest logit ``top`` (N, 1): (N,). NaN
+    where a logit is NaN or +inf, or where every logit is −inf.
 
-
-def _log_sum_exp_of_rows(z: Tensor, top: Tensor, log_probs: Tensor) -> Tensor:
-    """``_log_sum_exp`` of whole rows (R, V') through the log-softmax kernel, whose exponential
-    is vectorised in one pass with the sum: on the AMD EPYC ``exp_`` over (64, 4,096) took
-    230 µs and the whole log-softmax 162 µs (docs/speed.md). z's log-softmax is written into
-    ``log_probs`` (R, V'), which must be contiguous: given a strided ``out`` (a slice of
-    columns), torch 2.13's kernel wrote wrong numbers (docs/speed.md). The normaliser is then
-    the largest logit minus the largest log-probability, as ``_log_normaliser`` takes it."""
-    assert log_probs.is_contiguous()
-    torch.ops.aten._log_softmax.out(z, -1, False, out=log_probs)
+    Through the log-softmax kernel, whose exponential is vectorised in one pass with the sum:
+    on the AMD EPYC ``exp_`` alone over (64, 4,096) took 230 µs and the whole log-softmax
+    162 µs (docs/speed.md). z's log-softmax is written into ``log_probs`` (N, C; None: a new
+    tensor), which must be contiguous: given a strided ``out`` (a slice of columns), torch
+    2.13's kernel wrote wrong numbers. The normaliser is then the largest logit minus the
+    largest log-probability, as ``_log_normaliser`` takes it."""
+    if log_probs is None:
+        log_probs = torch.log_softmax(z, dim=-1)
+    else:
+        assert log_probs.is_contiguous()
+        torch.ops.aten._log_softmax.out(z, -1, False, out=log_probs)
     return top.squeeze(1) - log_probs.amax(dim=-1)
 
 
