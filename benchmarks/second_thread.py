@@ -27,10 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from speed_tables import demo_numbers
+from speed_tables import publish, sentences
 
 from transformer.config import RuntimeConfig
-from transformer.data.readers import read_lines
 from transformer.inference.engine import load_torch_engine
 
 
@@ -71,7 +70,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     args = parser.parse_args()
-    lines = read_lines(args.input) if args.input else demo_numbers(args.model)
+    lines = sentences(args)
     lines = lines[: args.limit] if args.limit else lines
     torch.set_num_threads(1)
     runtime = RuntimeConfig(device="cpu", threads=1, inter_threads=1)
@@ -101,9 +100,7 @@ def main() -> None:
         f"sentences, beam {args.beam}, one thread, one batch at a time; fastest of "
         f"{args.rounds}.\n\n| the timed search | seconds | ÷ alone |\n|---|---|---|\n{rows}"
     )
-    print(table)
-    if args.markdown:
-        args.markdown.write_text(table)
+    publish(table, args.markdown)
 
 
 if __name__ == "__main__":

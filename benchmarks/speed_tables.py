@@ -34,6 +34,7 @@ from pathlib import Path
 
 from transformer.config.files import build_config
 from transformer.data.numbers import number_pairs
+from transformer.data.readers import read_lines
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
@@ -55,6 +56,19 @@ def demo_numbers(demo: Path) -> list[str]:
     config = build_config(json.loads((demo / "config.json").read_text()), str(demo))
     numbers = random.Random(0).sample(range(config.data.numbers_max + 1), 3000)
     return [source for source, _ in number_pairs(config.data, numbers)]
+
+
+def sentences(args: argparse.Namespace) -> list[str]:
+    """A diagnostic script's sentences: ``--input`` (one a line, .gz too) or the demo's 3,000
+    numbers for ``--model``."""
+    return read_lines(args.input) if args.input else demo_numbers(args.model)
+
+
+def publish(table: str, markdown: Path | None) -> None:
+    """Prints a script's table, and writes it to ``markdown`` if given."""
+    print(table)
+    if markdown:
+        markdown.write_text(table)
 
 
 def whole_command(demo: Path, rounds: int, work: Path) -> str:

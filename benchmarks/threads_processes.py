@@ -26,9 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from speed_tables import demo_numbers
-
-from transformer.data.readers import read_lines
+from speed_tables import publish, sentences
 
 CHILD = """
 import json, sys, time
@@ -82,7 +80,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     args = parser.parse_args()
-    lines = read_lines(args.input) if args.input else demo_numbers(args.model)
+    lines = sentences(args)
     half = len(lines) // 2
     modes = {"threads": [(lines, 2)], "processes": [(lines[:half], 1), (lines[half:], 1)]}
     best = dict.fromkeys(modes, float("inf"))
@@ -98,9 +96,7 @@ def main() -> None:
         f"| {best['threads']:.2f} s | {best['processes']:.2f} s | "
         f"{best['threads'] / best['processes']:.2f}× |\n"
     )
-    print(table)
-    if args.markdown:
-        args.markdown.write_text(table)
+    publish(table, args.markdown)
 
 
 if __name__ == "__main__":
