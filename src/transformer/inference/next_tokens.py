@@ -168,11 +168,10 @@ def _in_slices(
             else:  # through a new tensor (autocast; gradients)
                 logits[:, words] = F.linear(hidden, weight[words], part)
             z = logits[:, start : start + columns]  # (N, C) whole blocks, a view of the buffer
-            block_max = z.unflatten(1, (-1, BLOCK)).amax(dim=-1)  # (N, C / BLOCK)
-            top = block_max.amax(dim=-1, keepdim=True)  # (N, 1)
             # the buffer's first N·C numbers: a contiguous (N, C), as _log_sum_exp needs
             out = None if buffer is None else buffer.view(-1)[: z.numel()].view(z.shape)
-            normalisers.append(_log_sum_exp(z, top, out))
+            normaliser, block_max = _normalised(z, out)  # (N,), (N, C / BLOCK)
+            normalisers.append(normaliser)
             maxima.append(block_max)
         # over the products: (N,) and (N, V' / BLOCK)
         log_normaliser = normalisers[0] if len(normalisers) == 1 else (
@@ -207,13 +206,20 @@ def _over_rows(logits: Tensor, scratch: Scratch) -> tuple[Tensor, Tensor]:
     normalisers, maxima = [], []  # per group: (R,), (R, V' / BLOCK)
     for start in range(0, N, rows):
         z = logits[start : start + rows]  # (R, V')
-        block_max = z.view(z.size(0), -1, BLOCK).amax(dim=-1)  # (R, V' / BLOCK)
-        top = block_max.amax(dim=-1, keepdim=True)  # (R, 1)
-        normalisers.append(_log_sum_exp(z, top, buffer[: z.size(0)]))
+        normaliser, block_max = _normalised(z, buffer[: z.size(0)])  # (R,), (R, V' / BLOCK)
+        normalisers.append(normaliser)
         maxima.append(block_max)
     if len(normalisers) == 1:
         return normalisers[0], maxima[0]
     return torch.cat(normalisers), torch.cat(maxima)
+
+
+def _normalised(z: Tensor, log_probs: Tensor | None) -> tuple[Tensor, Tensor]:
+    """A group of logits (R, C), whole blocks: its log-normaliser (R,) (``_log_sum_exp``, the
+    log-softmax written into ``log_probs``) and its blocks' maxima (R, C / BLOCK)."""
+    block_max = z.unflatten(1, (-1, BLOCK)).amax(dim=-1)  # (R, C / BLOCK)
+    top = block_max.amax(dim=-1, keepdim=True)  # (R, 1)
+    return _log_sum_exp(z, top, log_probs), block_max
 
 
 def _log_normaliser(logits: Tensor, log_probs: Tensor) -> Tensor:

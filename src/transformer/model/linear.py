@@ -62,10 +62,8 @@ class Packed:
         since. Read from ``_parameters`` directly: through the module's attributes, these checks
         took a third of a small product's time (docs/speed.md)."""
         weight, bias = layer._parameters["weight"], layer._parameters["bias"]
-        return (
-            weight is self.source[0] and bias is self.source[1]
-            and (weight._version, -1 if bias is None else bias._version) == self.versions
-        )  # fmt: skip
+        same = weight is self.source[0] and bias is self.source[1]
+        return same and _versions(weight, bias) == self.versions
 
 
 class Linear(nn.Linear):
@@ -96,9 +94,13 @@ class Linear(nn.Linear):
         reordered = torch.ops.mkldnn._reorder_linear_weight(
             F.pad(weight, (0, 0, 0, padding)), PACKED_ROWS
         )
-        versions = self.weight._version, -1 if self.bias is None else self.bias._version
         source = self.weight, self.bias
-        self.packed = Packed(reordered, bias, source, versions)
+        self.packed = Packed(reordered, bias, source, _versions(*source))
+
+
+def _versions(weight: Tensor, bias: Tensor | None) -> tuple[int, int]:
+    """The version counters of a weight and its bias (-1: no bias)."""
+    return weight._version, -1 if bias is None else bias._version
 
 
 def packed_rows(layer: nn.Module) -> int:
