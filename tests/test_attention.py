@@ -7,6 +7,7 @@ import torch
 
 import transformer.model.attention as attention_module
 from transformer.model.attention import (
+    Blocked,
     MultiHeadAttention,
     attention_fused,
     attention_reference,
@@ -125,6 +126,26 @@ def test_a_decoding_steps_attention_is_the_references_on_both_sides_of_each_thre
         small = Tq == 1 and Tk * Dh < 400
         assert len(products) == (1 if small else 2)
     assert attention_step(q, k, v, mask)[2].abs().max() == 0
+
+
+@pytest.mark.parametrize("Tk", [4, 13, 20])
+def test_blocked_keys_made_once_give_the_masks_numbers(Tk):
+    """A ``Blocked`` made once for several attentions: the same bits as the mask it comes
+    from; where no query has every key blocked its blocked weights are not zeroed again (they
+    are exactly 0 after the softmax), and with an empty source they are (zeros)."""
+    q, k, v = qkv(B=6, H=2, Tq=1, Tk=Tk, Dh=16, seed=Tk)
+    mask = torch.ones(6, 1, 1, Tk, dtype=torch.bool)
+    mask[1, ..., Tk // 2 :] = False  # a shorter source
+    blocked = Blocked.of(mask)
+    assert not blocked.some_query_has_none
+    assert torch.equal(attention_step(q, k, v, blocked), attention_step(q, k, v, mask))
+    expected, _ = attention_reference(q, k, v, mask)
+    torch.testing.assert_close(attention_step(q, k, v, blocked), expected, rtol=1e-5, atol=1e-6)
+    mask[4] = False  # an empty source
+    blocked = Blocked.of(mask)
+    assert blocked.some_query_has_none
+    assert torch.equal(attention_step(q, k, v, blocked), attention_step(q, k, v, mask))
+    assert attention_step(q, k, v, blocked)[4].abs().max() == 0
 
 
 @pytest.mark.parametrize("Tk", [4, 12, 13, 20])

@@ -11,6 +11,7 @@ from transformer.config import DecodeConfig
 from transformer.data.batching import length_batches
 from transformer.inference import greedy_search, sample, translate_ids
 from transformer.inference.beam import beam_search
+from transformer.inference.search import rows_kept
 from transformer.model import Transformer
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -217,6 +218,74 @@ def test_a_decoding_step_gives_the_numbers_of_the_layers_own_path(norm_first, ac
             assert weights.cross_attention[K * 2 :].abs().max() == 0  # the empty source's rows
     assert fast.length == general.length == capacity + 3
     assert not stepped.isnan().any()
+
+
+def test_the_decoders_steps_make_the_blocked_source_keys_once_per_mask():
+    """``Decoder.forward``'s step path makes the encoder-decoder attention's ``Blocked`` once
+    for a mask and every layer, anew for a new mask (sentences left), and gives the general
+    path's numbers with an empty source among the rows (nothing to attend to)."""
+    torch.manual_seed(0)
+    model = tiny(n_decoder_layers=2).eval()
+    decoder, N, S = model.decoder, 4, 6
+    D = model.config.d_model
+    memory = torch.randn(N, S, D)
+    src_mask = torch.ones(N, 1, 1, S, dtype=torch.bool)
+    src_mask[1, ..., 2:] = False
+    fast, general = model.new_cache(8), model.new_cache(8)
+    made = []
+    of = cache_module.Blocked.of
+    with torch.no_grad():
+        for mask in (src_mask, src_mask.clone(), src_mask.clone()):
+            if mask is not src_mask:
+                mask[3] = False  # an empty source after the first mask
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(cache_module.Blocked, "of", lambda m: made.append(m) or of(m))
+                for _ in range(2):
+                    x = torch.randn(N, 1, D)
+                    stepped, _ = decoder(x, memory, None, mask, fast)
+                    reference, _ = decoder(x, memory, None, mask, general, need_weights=True)
+                    torch.testing.assert_close(stepped, reference, rtol=1e-5, atol=1e-5)
+    assert len(made) == 3  # one per mask, not one per layer and step
+    assert fast.blocked(made[-1]).some_query_has_none
+
+
+def test_rows_kept_are_few_sizes_that_hold_the_running_rows():
+    """A batch keeps the running rows, in one of a few sizes (1, 2, 4, 8, multiples of 16),
+    never more than it had; the fewer run, the fewer it keeps."""
+    sizes = set()
+    for rows in (1, 5, 16, 64, 100, 256):
+        kept = [rows_kept(running, rows) for running in range(1, rows + 1)]
+        assert all(r <= k <= rows for r, k in zip(range(1, rows + 1), kept, strict=True))
+        assert kept == sorted(kept)
+        sizes |= {k for k in kept if k != rows}
+    assert sizes <= {1, 2, 4, 8} | set(range(16, 257, 16))
+    assert rows_kept(40, 64) == 48 and rows_kept(3, 64) == 4 and rows_kept(9, 64) == 16
+
+
+@pytest.mark.parametrize("search", ["greedy", "sample"])
+def test_greedy_search_keeps_its_batch_to_few_row_counts_and_each_sentence_its_output(search):
+    """Sentences that finish stay in the batch, their outputs unused, until the rest fit a
+    smaller size (``rows_kept``): 40 sentences that end at many different steps make few
+    distinct row counts, and each sentence's output is what it gets alone."""
+    model = varied()
+    g = torch.Generator().manual_seed(3)
+    sentences = [torch.randint(4, 40, (int(n),), generator=g).tolist() + [EOS_ID]
+                 for n in torch.randint(1, 12, (40,), generator=g)]  # fmt: skip
+    rows = []
+    output = model.output
+    model.output = torch.nn.Sequential()  # a module, so the hidden rows go through it whole
+    model.output.register_forward_hook(lambda m, args, out: rows.append(args[0].size(0)))
+    model.output.append(output)
+    batch = SEARCHES[search](model, padded(sentences))
+    ends = {len(h.tokens) for h in batch}
+    assert len(ends) >= 8, "the sentences must end at many different steps"
+    if search == "sample":  # finished rows leave at once: a row's tokens may all be banned
+        assert not set(rows) <= {40, 32, 16, 8, 4, 2, 1}, rows
+        return
+    assert set(rows) <= {40, 32, 16, 8, 4, 2, 1}, rows
+    for i in range(0, 40, 7):
+        alone = SEARCHES[search](model, torch.tensor([sentences[i]]))[0]
+        assert_same(alone, batch[i], tol=1e-3)  # MKL's sums depend on the rows a little
 
 
 @pytest.mark.parametrize("use_cache", [True, False])

@@ -155,7 +155,11 @@ def test_greedy_and_top_p_1_sampling_equal_the_plain_reference():
 def test_a_tiny_top_p_equals_greedy():
     model, src = random_model(2), padded(SENTENCES)
     drawn = sample(model, src, DC(sampling=True, top_p=1e-6), torch.Generator().manual_seed(0))
-    assert drawn == greedy_search(model, src)
+    greedy = greedy_search(model, src)
+    assert [h.tokens for h in drawn] == [h.tokens for h in greedy]
+    # to float32 rounding: greedy search keeps finished rows in its batch (search.rows_kept),
+    # and the unpacked products' sums depend a little on the number of rows
+    assert [h.score for h in drawn] == pytest.approx([h.score for h in greedy], rel=1e-5)
 
 
 @pytest.mark.parametrize(("top_p", "support"), [(0.45, {A}), (0.55, {A, B}), (0.79, {A, B}),

@@ -28,6 +28,7 @@ from .search import (
     force_eos,
     max_output_lengths,
     room_needed,
+    rows_kept,
     stopped_rows,
 )
 
@@ -44,8 +45,12 @@ def _search_one_path(
     use_cache: bool,
     prefix: Tensor | None,
     stopped: Stopped | None = None,
+    keep_finished: bool = False,
 ) -> list[Hypothesis]:
-    """Greedy search and sampling: one hypothesis per sentence, the next token ``choose``'s."""
+    """Greedy search and sampling: one hypothesis per sentence, the next token ``choose``'s.
+    ``keep_finished``: finished rows stay in the batch while the rest fit no smaller size
+    (``rows_kept``); sampling does not keep them, since a finished row's distribution may be
+    empty (every token banned), where ``multinomial`` fails."""
     if src_ids.size(0) == 0:
         return []
     memory, src_mask = model.encode(src_ids)
@@ -56,6 +61,10 @@ def _search_one_path(
     running = torch.arange(src_ids.size(0), device=src_ids.device)  # sentence of each row (N,)
     log_prob = torch.zeros(src_ids.size(0), device=src_ids.device)  # (N,)
     results: dict[int, Hypothesis] = {}
+    # rows whose sentence has finished but that stay in the batch until the rest fit a smaller
+    # size (``rows_kept``): their next tokens are made and not used
+    finished = torch.zeros(src_ids.size(0), dtype=torch.bool, device=src_ids.device)  # (N,)
+    kept_finished = False
     for step in range(int(max_lens.max()) + 1):
         next_tokens, next_log_prob = choose(batch, max_lens[running] <= step)  # (N,), (N,)
         log_prob = log_prob + next_log_prob
@@ -64,17 +73,25 @@ def _search_one_path(
         if left is not None and left.any():
             log_prob = log_prob.masked_fill(left, float("-inf"))  # unfinished: no score
             done = done | left
+        if kept_finished:
+            done = done & ~finished
         if done.any():
             rows = done.nonzero().squeeze(1)
             tokens = batch.tokens[rows, 1:].tolist()  # drop BOS; EOS was never appended
             totals = log_prob[rows].tolist()
             for row, ids, total in zip(rows.tolist(), tokens, totals, strict=True):
                 results[int(running[row])] = Hypothesis(ids, score=total, log_prob=total)
-            rest = (~done).nonzero().squeeze(1)
-            if rest.numel() == 0:
+            finished = finished | done
+            live = (~finished).nonzero().squeeze(1)  # (L,)
+            if live.numel() == 0:
                 break
-            batch.select(rest, rest)
-            running, log_prob, next_tokens = running[rest], log_prob[rest], next_tokens[rest]
+            kept = rows_kept(live.numel(), finished.numel()) if keep_finished else live.numel()
+            if kept < finished.numel():  # the running rows, then finished ones up to ``kept``
+                rest = torch.cat([live, finished.nonzero().squeeze(1)[: kept - live.numel()]])
+                batch.select(rest, rest)
+                running, log_prob, next_tokens = running[rest], log_prob[rest], next_tokens[rest]
+                finished = finished[rest]
+            kept_finished = kept > live.numel()
         batch.append(next_tokens)
     return [results[i] for i in range(src_ids.size(0))]  # EOS is forced at the limit
 
@@ -102,7 +119,9 @@ def greedy_search(
         returns B hypotheses, in the order of src_ids; score = log_prob.
     """
     with evaluating(model):
-        return _search_one_path(model, src_ids, _most_likely, config, use_cache, prefix, stopped)
+        return _search_one_path(
+            model, src_ids, _most_likely, config, use_cache, prefix, stopped, keep_finished=True
+        )
 
 
 def _most_likely(batch: RunningBatch, at_limit: Tensor) -> tuple[Tensor, Tensor]:

@@ -264,9 +264,14 @@ def _best_of_blocks(scores: Tensor, maxima: Tensor, k: int) -> tuple[Tensor, Ten
     N, width = scores.shape
     if k * BLOCK >= width:  # as many columns as the blocks hold: all of them
         return _top(scores, k)
-    chosen = _top(maxima, k)[1].sort(dim=-1).values  # (N, k) blocks, in column order
+    chosen = _top(maxima, k)[1]  # (N, k) blocks
+    if k > 1:
+        chosen = chosen.sort(dim=-1).values  # in column order: ties go to the first column
     rows = torch.arange(N, device=scores.device)[:, None]  # (N, 1)
     candidates = scores.view(N, -1, BLOCK)[rows, chosen]  # (N, k, BLOCK)
+    if k == 1:  # one block (greedy search): the best is its own column in it
+        value, at = _top(candidates[:, 0], 1)  # (N, 1) each
+        return value, chosen.mul_(BLOCK).add_(at)
     value, at = _top(candidates.view(N, k * BLOCK), k)  # (N, k): the at-th candidate
     return value, chosen.gather(1, at // BLOCK) * BLOCK + at % BLOCK
 

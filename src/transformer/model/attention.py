@@ -12,6 +12,7 @@ Shapes: B batch, Tq query length, Tk key length, H heads, D model width, Dh head
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -78,7 +79,24 @@ SMALL_PRODUCT = 400
 SOFTMAX_WIDTH = 16
 
 
-def attention_step(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+@dataclass(frozen=True)
+class Blocked:
+    """A mask's complement, True = may not attend, as ``attention_step`` uses it: made once for
+    the layers and steps that share the mask (a decoding step's encoder-decoder attention),
+    where each attention made it anew, with whether some query has every key blocked (an empty
+    source), whose weights must then be zeroed. (B, 1, 1, Tk)."""
+
+    keys: Tensor
+    some_query_has_none: bool
+
+    @classmethod
+    def of(cls, mask: Tensor) -> Blocked:
+        """From a mask (B, 1, 1, Tk), True = may attend."""
+        blocked = mask.logical_not()  # (B, 1, 1, Tk)
+        return cls(blocked, bool(blocked.all(dim=-1).any()))
+
+
+def attention_step(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | Blocked | None = None) -> Tensor:
     """``attention_reference``'s maths for a decoding step, in fewer and faster operations:
     the heads of every row as one batch of products, the scores scaled and masked in place,
     the blocked weights zeroed in place (zeros for a query with nothing to attend to, an empty
@@ -90,8 +108,8 @@ def attention_step(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) 
 
     Shape:
         q (B, H, Tq, Dh), k and v (B, H, Tk, Dh) (rows and heads mergeable into one dim, as
-        a cache's buffer and a linear layer's output are), mask broadcastable to
-        (B, 1, 1, Tk) -> (B, H, Tq, Dh).
+        a cache's buffer and a linear layer's output are), mask (or ``Blocked``)
+        broadcastable to (B, 1, 1, Tk) -> (B, H, Tq, Dh).
     """
     Tq, Dh = q.shape[-2:]
     # (B, H) stay two dims: ``matmul`` folds them into bmm's one batch dim in C++, where
@@ -102,9 +120,12 @@ def attention_step(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) 
     if mask is None:
         weights = _softmax(scores)  # (B, H, Tq, Tk)
     else:
-        blocked = mask.logical_not()  # (B, 1, 1, Tk)
-        scores = scores.masked_fill_(blocked, torch.finfo(scores.dtype).min)
-        weights = _softmax(scores).masked_fill_(blocked, 0.0)  # (B, H, Tq, Tk)
+        blocked = mask if isinstance(mask, Blocked) else Blocked(mask.logical_not(), True)
+        scores = scores.masked_fill_(blocked.keys, torch.finfo(scores.dtype).min)
+        # a blocked key's weight is exp(min − max) = 0 already, unless every key is blocked
+        weights = _softmax(scores)  # (B, H, Tq, Tk)
+        if blocked.some_query_has_none:
+            weights = weights.masked_fill_(blocked.keys, 0.0)
     # one query over few keys, where bmm would take its scalar loop: multiplied and summed
     if Tq == 1 and Tk * Dh < SMALL_PRODUCT:
         return (weights.transpose(-2, -1) * v).sum(dim=-2, keepdim=True)  # (B, H, 1, Dh)

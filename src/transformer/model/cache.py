@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .attention import Blocked
 from .masks import filled_slots_mask, look_ahead_mask
 
 # Positions a buffer has room for at first, and the step its room grows by (at least a quarter
@@ -59,6 +60,10 @@ class LayerCache:
         self.capacity = limit if fixed else min(limit or GROWTH, GROWTH)
         self._kv: Tensor | None = None  # (2, ≥B, H, capacity, Dh): keys, then values
         self._cross: Tensor | None = None  # (2, B, H, S, Dh), set once per source
+        # its two halves, (B, H, S, Dh) each: attributes, where properties slicing ``_cross``
+        # took three calls into torch per layer and step (docs/speed.md)
+        self.cross_keys: Tensor | None = None
+        self.cross_values: Tensor | None = None
 
     @property
     def self_keys(self) -> Tensor | None:
@@ -70,20 +75,14 @@ class LayerCache:
         """(B, H, t, Dh), a view of the buffer."""
         return None if self._kv is None else self._kv[1, : self.rows, :, : self.length]
 
-    @property
-    def cross_keys(self) -> Tensor | None:
-        """(B, H, S, Dh)."""
-        return None if self._cross is None else self._cross[0]
-
-    @property
-    def cross_values(self) -> Tensor | None:
-        """(B, H, S, Dh)."""
-        return None if self._cross is None else self._cross[1]
-
     def set_cross(self, keys: Tensor, values: Tensor) -> None:
         """Stores the encoder-decoder keys and values (B, H, S, Dh), contiguous: otherwise every
         step's Q·Kᵀ would copy them (profiled)."""
-        self._cross = torch.stack([keys, values])  # (2, B, H, S, Dh)
+        self._set_cross(torch.stack([keys, values]))  # (2, B, H, S, Dh)
+
+    def _set_cross(self, both: Tensor) -> None:
+        self._cross = both  # (2, B, H, S, Dh)
+        self.cross_keys, self.cross_values = both.unbind()  # (B, H, S, Dh) each
 
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """Adds the new steps' self-attention keys and values (B, H, T, Dh); returns all of them
@@ -134,7 +133,7 @@ class LayerCache:
             if shrink:
                 old = None
         if sentences is not None and self._cross is not None:
-            self._cross = self._cross.index_select(1, sentences)
+            self._set_cross(self._cross.index_select(1, sentences))
         return old
 
     def allocate(self, rows: int, heads: int, d_head: int, like: Tensor) -> None:
@@ -196,6 +195,8 @@ class DecoderCache:
     # gathers into it and hands on its old buffer, so the cache takes one layer's buffer more
     # memory, not twice as much.
     _spare: Tensor | None = None
+    # the encoder-decoder mask last seen and its ``Blocked``, which every layer's step uses
+    _source: tuple[Tensor, Blocked] | None = None
 
     @classmethod
     def empty(cls, n_layers: int, length: int = 0, fixed: bool = False) -> DecoderCache:
@@ -212,6 +213,14 @@ class DecoderCache:
         """The self-attention mask of ``new`` positions after the cached ones: none for one
         (it may see every cached one), the look-ahead mask (1, 1, new, t + new) for more."""
         return None if new == 1 else look_ahead_mask(new, self.length, device)
+
+    def blocked(self, memory_mask: Tensor) -> Blocked:
+        """The encoder-decoder attention's ``Blocked`` keys for ``memory_mask`` (B, 1, 1, S):
+        made when the mask is a new one (a new batch, or sentences left), else the one made
+        then, so that a step does not make it in every layer."""
+        if self._source is None or self._source[0] is not memory_mask:
+            self._source = memory_mask, Blocked.of(memory_mask)
+        return self._source[1]
 
     def fixed_step(self) -> FixedStep:
         """What one compiled step reads and writes; ``advance`` afterwards."""

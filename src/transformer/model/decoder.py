@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .attention import MultiHeadAttention, attention_step
+from .attention import Blocked, MultiHeadAttention, attention_step
 from .cache import DecoderCache, FixedSlots, FixedStep, LayerCache
 from .layers import Dropout, FeedForward, LayerNorm, activated
 from .linear import linear
@@ -110,7 +110,7 @@ class DecoderLayer(nn.Module):
         )  # fmt: skip
 
     def step(
-        self, x: Tensor, memory: Tensor, memory_mask: Tensor | None, cache: LayerCache
+        self, x: Tensor, memory: Tensor, memory_mask: Tensor | Blocked | None, cache: LayerCache
     ) -> Tensor:
         """``forward`` for one new position per row, in inference: the same numbers in fewer
         operations. A decoding step of a few rows spends its time on the calls themselves
@@ -123,7 +123,8 @@ class DecoderLayer(nn.Module):
 
         Args:
             x: the new position of each row (B, D); memory (N, S, D), N = B or, when a
-                sentence's K beams share it, B / K; memory_mask (N, 1, 1, S).
+                sentence's K beams share it, B / K; memory_mask (N, 1, 1, S), or its
+                ``Blocked`` complement, made once for every layer.
             cache: this layer's keys and values so far, updated in place.
         Shape:
             returns (B, D).
@@ -249,8 +250,9 @@ class Decoder(nn.Module):
             # one new position per row: the layers' ``step`` in turn, each row a (D,) vector
             B, _, D = x.shape
             rows = x.view(B, D)
+            blocked = None if memory_mask is None else cache.blocked(memory_mask)
             for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
-                rows = layer.step(rows, memory, memory_mask, layer_cache)
+                rows = layer.step(rows, memory, blocked, layer_cache)
             return self.final_norm(rows).view(B, 1, D), None
         all_weights: list[DecoderAttention] = []
         for i, layer in enumerate(self.layers):

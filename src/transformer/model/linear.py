@@ -41,11 +41,13 @@ from torch import Tensor, nn
 
 MIN_FEATURES = 256  # the narrowest layer packed, in and out
 PACKED_ROWS = 64  # the row count oneDNN lays the weight out for (any count is multiplied)
-# oneDNN keeps a compiled product for each shape it has multiplied, and ideep a description of
-# it, 1,024 of each by default: translating test2016 (a few hundred row counts) they held
-# 120 MB. 16 hold what two batches at once use, at the same speed (docs/speed.md).
-CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
-CACHED_SHAPES = 16
+# oneDNN keeps a compiled product for each shape it has multiplied (0.2-0.3 ms to compile,
+# about 0.5 MB each), 1,024 by default: translating test2016 (a few hundred row counts) they
+# held 120-160 MB. A search keeps its batch to a few row counts (inference/search.py,
+# ``rows_kept``): 8 for 64 sentences, 4 products each, which 48 shapes hold with the
+# encoders'. ideep keeps a description of each as well, whose number does not change the
+# speed: 16 of those (docs/speed.md).
+CACHE_SIZES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": 48, "LRU_CACHE_CAPACITY": 16}
 
 
 @dataclass
@@ -162,8 +164,8 @@ def pack_linear_layers(
     where ``can_pack`` is False."""
     if not can_pack():
         return 0
-    for name in CACHES:  # read at oneDNN's first product; a value already set stays
-        os.environ.setdefault(name, str(CACHED_SHAPES))
+    for name, size in CACHE_SIZES.items():  # read at oneDNN's first product; a value set stays
+        os.environ.setdefault(name, str(size))
     layers = [
         m for m in model.modules()
         if isinstance(m, Linear) and min(m.in_features, m.out_features) >= MIN_FEATURES
