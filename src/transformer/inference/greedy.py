@@ -61,10 +61,10 @@ def _search_one_path(
     running = torch.arange(src_ids.size(0), device=src_ids.device)  # sentence of each row (N,)
     log_prob = torch.zeros(src_ids.size(0), device=src_ids.device)  # (N,)
     results: dict[int, Hypothesis] = {}
-    # rows whose sentence has finished but that stay in the batch until the rest fit a smaller
-    # size (``rows_kept``): their next tokens are made and not used
-    finished = torch.zeros(src_ids.size(0), dtype=torch.bool, device=src_ids.device)  # (N,)
-    kept_finished = False
+    # rows whose sentence has finished but that stay in the batch (idle) until the rest fit a
+    # smaller size (``rows_kept``): their next tokens are made and not used
+    idle = torch.zeros(src_ids.size(0), dtype=torch.bool, device=src_ids.device)  # (N,)
+    some_idle = False
     for step in range(int(max_lens.max()) + 1):
         next_tokens, next_log_prob = choose(batch, max_lens[running] <= step)  # (N,), (N,)
         log_prob = log_prob + next_log_prob
@@ -73,25 +73,25 @@ def _search_one_path(
         if left is not None and left.any():
             log_prob = log_prob.masked_fill(left, float("-inf"))  # unfinished: no score
             done = done | left
-        if kept_finished:
-            done = done & ~finished
+        if some_idle:
+            done = done & ~idle
         if done.any():
             rows = done.nonzero().squeeze(1)
             tokens = batch.tokens[rows, 1:].tolist()  # drop BOS; EOS was never appended
             totals = log_prob[rows].tolist()
             for row, ids, total in zip(rows.tolist(), tokens, totals, strict=True):
                 results[int(running[row])] = Hypothesis(ids, score=total, log_prob=total)
-            finished = finished | done
-            live = (~finished).nonzero().squeeze(1)  # (L,)
+            idle = idle | done
+            live = (~idle).nonzero().squeeze(1)  # (L,)
             if live.numel() == 0:
                 break
-            kept = rows_kept(live.numel(), finished.numel()) if keep_finished else live.numel()
-            if kept < finished.numel():  # the running rows, then finished ones up to ``kept``
-                rest = torch.cat([live, finished.nonzero().squeeze(1)[: kept - live.numel()]])
+            size = rows_kept(live.numel(), idle.numel()) if keep_finished else live.numel()
+            if size < idle.numel():  # the running rows, then idle ones up to ``size``
+                rest = torch.cat([live, idle.nonzero().squeeze(1)[: size - live.numel()]])
                 batch.select(rest, rest)
                 running, log_prob, next_tokens = running[rest], log_prob[rest], next_tokens[rest]
-                finished = finished[rest]
-            kept_finished = kept > live.numel()
+                idle = idle[rest]
+            some_idle = size > live.numel()
         batch.append(next_tokens)
     return [results[i] for i in range(src_ids.size(0))]  # EOS is forced at the limit
 
