@@ -17,9 +17,10 @@ once unmasked (at most the source's length: a word has at least one piece, and <
            encoder rows · source + rows · (L + 1) + re-run · (source + L + 1)
 
 in tokens the model processes (encoder positions plus decoder positions). A search can only do
-less: a sentence leaves the batch when its hypotheses end, and beam search decodes its first
-step once per sentence, not K times. Scoring (teacher-forced, ``score.py``) processes each
-source and each target + EOS once.
+less: a sentence leaves the batch when its hypotheses end (greedy search may keep its row idle
+in the batch a while longer, ``search.rows_kept``, but never past the sentence's own limit L),
+and beam search decodes its first step once per sentence, not K times. Scoring
+(teacher-forced, ``score.py``) processes each source and each target + EOS once.
 """
 
 from __future__ import annotations

@@ -62,11 +62,13 @@ def _search_one_path(
     log_prob = torch.zeros(src_ids.size(0), device=src_ids.device)  # (N,)
     results: dict[int, Hypothesis] = {}
     # rows whose sentence has finished but that stay in the batch (idle) until the rest fit a
-    # smaller size (``rows_kept``): their next tokens are made and not used
+    # smaller size (``rows_kept``): their next tokens are made and not used. An idle row leaves
+    # at its own length limit: no sentence makes more steps than the L + 1 that cost.py counts.
     idle = torch.zeros(src_ids.size(0), dtype=torch.bool, device=src_ids.device)  # (N,)
     some_idle = False
     for step in range(int(max_lens.max()) + 1):
-        next_tokens, next_log_prob = choose(batch, max_lens[running] <= step)  # (N,), (N,)
+        at_limit = max_lens[running] <= step  # (N,) their last step
+        next_tokens, next_log_prob = choose(batch, at_limit)  # (N,), (N,)
         log_prob = log_prob + next_log_prob
         done = next_tokens == EOS_ID  # (N,)
         left = stopped_rows(stopped, running)  # (N,) nobody waits for these any more
@@ -75,7 +77,7 @@ def _search_one_path(
             done = done | left
         if some_idle:
             done = done & ~idle
-        if done.any():
+        if done.any() or some_idle and bool((idle & at_limit).any()):
             rows = done.nonzero().squeeze(1)
             tokens = batch.tokens[rows, 1:].tolist()  # drop BOS; EOS was never appended
             totals = log_prob[rows].tolist()
@@ -85,9 +87,11 @@ def _search_one_path(
             live = (~idle).nonzero().squeeze(1)  # (L,)
             if live.numel() == 0:
                 break
+            spare = (idle & ~at_limit).nonzero().squeeze(1)  # idle rows that may go on
             size = rows_kept(live.numel(), idle.numel()) if keep_finished else live.numel()
+            size = min(size, live.numel() + spare.numel())
             if size < idle.numel():  # the running rows, then idle ones up to ``size``
-                rest = torch.cat([live, idle.nonzero().squeeze(1)[: size - live.numel()]])
+                rest = torch.cat([live, spare[: size - live.numel()]])
                 batch.select(rest, rest)
                 running, log_prob, next_tokens = running[rest], log_prob[rest], next_tokens[rest]
                 idle = idle[rest]

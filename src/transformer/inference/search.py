@@ -147,7 +147,9 @@ def rows_kept(running: int, rows: int) -> int:
     0.2-0.3 ms and about 0.5 MB each, kept in ``CACHE_SIZES``). Where finished
     sentences left a batch at once, its rows fell one or two at a time and most steps'
     products were compiled anew; kept to these sizes, a 64-sentence batch multiplies at most
-    8 row counts, and every batch the same ones (docs/speed.md)."""
+    8 row counts, and every batch the same ones (docs/speed.md). A finished row still leaves
+    at its sentence's own length limit, so that no sentence costs more steps than cost.py
+    counts: the batch is then smaller than this size."""
     for size in (1, 2, 4, 8):
         if running <= size:
             return min(size, rows)
