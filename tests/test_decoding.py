@@ -262,12 +262,12 @@ def test_rows_kept_are_few_sizes_that_hold_the_running_rows():
     assert rows_kept(40, 64) == 48 and rows_kept(3, 64) == 4 and rows_kept(9, 64) == 16
 
 
-@pytest.mark.parametrize("search", ["greedy", "sample"])
-def test_greedy_search_keeps_its_batch_to_few_row_counts_and_each_sentence_its_output(search):
+@pytest.mark.parametrize("search", ["greedy", "beam", "sample"])
+def test_a_search_keeps_its_batch_to_few_row_counts_and_each_sentence_its_output(search):
     """Sentences that finish stay in the batch, their outputs unused, until the rest fit a
-    smaller size (``rows_kept``): 40 sentences that end at many different steps make few
-    distinct row counts, and each sentence's output is what it gets alone. Sampling lets
-    finished rows go at once."""
+    smaller size (``rows_kept``; beam search: K rows per sentence): 40 sentences that end at
+    many different steps make few distinct row counts, and each sentence's output is what it
+    gets alone. Sampling lets finished rows go at once."""
     model = varied()
     g = torch.Generator().manual_seed(3)
     sentences = [torch.randint(4, 40, (int(n),), generator=g).tolist() + [EOS_ID]
@@ -278,44 +278,52 @@ def test_greedy_search_keeps_its_batch_to_few_row_counts_and_each_sentence_its_o
     model.output.register_forward_hook(lambda m, args, out: rows.append(args[0].size(0)))
     model.output.append(output)
     # one length limit for all (12 tokens): an idle row leaves at its own limit (next test)
-    search_with = {"greedy": greedy_search, "sample": sample}[search]
+    config = DC(max_len_a=0.0, max_len_b=12, beam_size=4 if search == "beam" else 1,
+                sampling=search == "sample")  # fmt: skip
+    run = {"greedy": greedy_search, "beam": beam_search, "sample": sample}[search]
     extra = (torch.Generator().manual_seed(7),) if search == "sample" else ()
-    config = DC(max_len_a=0.0, max_len_b=12, sampling=search == "sample")
-    batch = search_with(model, padded(sentences), config, *extra)
-    sizes = {40, 32, 16, 8, 4, 2, 1}
+    batch = run(model, padded(sentences), config, *extra)
+    K, sizes = config.beam_size, {40, 32, 16, 8, 4, 2, 1}
     if search == "sample":  # finished rows leave at once: a row's tokens may all be banned
         assert not set(rows) <= sizes, rows
         return
-    assert len({len(h.tokens) for h in batch}) >= 8, "the sentences must end at many steps"
-    assert set(rows) <= sizes, rows
-    assert len(set(rows)) > 1  # they shrank
+    best = [h[0] if isinstance(h, list) else h for h in batch]  # beam search: n-best lists
+    assert len({len(h.tokens) for h in best}) >= 6, "the sentences must end at many steps"
+    assert set(rows[1:]) <= {K * size for size in sizes}, rows  # beam: <s> once per sentence
+    assert len(set(rows[1:])) > 1  # they shrank
     for i in range(0, 40, 7):
-        alone = greedy_search(model, torch.tensor([sentences[i]]), config)[0]
+        alone = run(model, torch.tensor([sentences[i]]), config)[0]
         assert_same(alone, batch[i], tol=1e-3)  # MKL's sums depend on the rows a little
 
 
-def test_idle_rows_never_make_a_sentence_cost_more_than_its_own_length_limit():
-    """A finished row stays in the batch no longer than its sentence's own length limit L
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_idle_rows_never_make_a_sentence_cost_more_than_its_own_length_limit(search):
+    """A finished sentence's rows stay in the batch no longer than its own length limit L
     allows (L + 1 decoder steps), so that a search never makes the model process more than
     the server's budget counts for it (inference/cost.py): over sentences of mixed limits,
-    the decoder's positions stay within Σ (L + 1), while finished rows do stay."""
+    the decoder's positions stay within Σ K · (L + 1), while finished rows do stay."""
     model = varied()
     g = torch.Generator().manual_seed(5)
     sentences = [torch.randint(4, 40, (int(n),), generator=g).tolist() + [EOS_ID]
                  for n in torch.randint(1, 16, (40,), generator=g)]  # fmt: skip
-    src, config = padded(sentences), DC(max_len_a=1.0, max_len_b=1)
+    K = 4 if search == "beam" else 1
+    src, config = padded(sentences), DC(max_len_a=1.0, max_len_b=1, beam_size=K)
     limits = max_output_lengths(model, src, config.max_len_a, config.max_len_b)  # (B,)
     rows = []
     hook = model.decoder.register_forward_pre_hook(lambda m, args: rows.append(args[0].size(0)))
     try:
-        outputs = greedy_search(model, src, config)
+        outputs = {"greedy": greedy_search, "beam": beam_search}[search](model, src, config)
     finally:
         hook.remove()
-    ended = sum(len(h.tokens) < int(n) for h, n in zip(outputs, limits, strict=True))
+    best = [h[0] if isinstance(h, list) else h for h in outputs]
+    ended = sum(len(h.tokens) < int(n) for h, n in zip(best, limits, strict=True))
     assert 0 < ended < 40, "some sentences must end before their limit"
-    assert sum(rows) <= int((limits + 1).sum()), (sum(rows), int((limits + 1).sum()))
-    running = [sum(len(h.tokens) + 1 > t for h in outputs) for t in range(len(rows))]
-    assert any(r > n for r, n in zip(rows, running, strict=True)), "no row stayed idle"
+    assert sum(rows) <= K * int((limits + 1).sum()), (sum(rows), K * int((limits + 1).sum()))
+    sizes = {K * size for size in (1, 2, 4, 8, *range(16, 41, 16))} | {40, K * 40}
+    assert not set(rows) <= sizes, "no row left at its own limit"
+    if search == "greedy":
+        running = [sum(len(h.tokens) + 1 > t for h in best) for t in range(len(rows))]
+        assert any(r > n for r, n in zip(rows, running, strict=True)), "no row stayed idle"
 
 
 @pytest.mark.parametrize("use_cache", [True, False])

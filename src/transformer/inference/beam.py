@@ -27,7 +27,8 @@ and the encoder-decoder keys/values stay one per sentence: the decoder folds a s
 beams into one row of its cross-attention (``model.beams_share_memory``; the RNN copies them
 into every beam's row instead). Reordering beams moves only the cached self-attention
 keys/values (``cache.reorder``); a finished sentence's rows leave the batch, and its
-encoder-decoder entries with them (``cache.keep``).
+encoder-decoder entries with them (``cache.keep``), once the sentences still running fit a
+smaller size (``search.rows_kept``; until then they stay, idle, their candidates unused).
 
 Shapes: B batch, N sentences still running, K beams, V target vocabulary, S source length.
 """
@@ -52,6 +53,7 @@ from .search import (
     gnmt_length_penalty,
     max_output_lengths,
     room_needed,
+    rows_kept,
     stopped_rows,
 )
 
@@ -116,6 +118,13 @@ def _beam_search(
     beam_log_probs = torch.full((B, K), float("-inf"), device=device)  # (N, K)
     beam_log_probs[:, 0] = 0.0
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]  # per sentence, best first
+    # Sentences that are done but stay in the batch (idle), their candidates made and not used,
+    # until the rest fit a smaller size (``rows_kept``): few row counts, so that the compiled
+    # products fit oneDNN's cache. An idle sentence leaves at its own length limit (cost.py
+    # counts K · (L + 1) steps for it), and none stays where the steps are recorded.
+    keep_done = recorder is None
+    idle = torch.zeros(B, dtype=torch.bool, device=device)  # (N,)
+    some_idle = False
     for step in range(int(max_lens.max()) + 1):
         N = running.size(0)
         at_limit = max_lens[running] <= step  # (N,)
@@ -134,6 +143,8 @@ def _beam_search(
         beam, token = index // C, tokens.view(N, K * C).gather(1, index)  # which beam, by what
 
         ends = (token[:, :K] == EOS_ID) & top[:, :K].isfinite()  # (N, K)
+        if some_idle:
+            ends = ends & ~idle[:, None]
         if ends.any():
             n, j = ends.nonzero(as_tuple=True)
             tokens = batch.tokens[n * K + beam[n, j], 1:].tolist()  # without BOS and EOS
@@ -161,11 +172,21 @@ def _beam_search(
         left = stopped_rows(stopped, running)  # (N,) nobody waits for these any more
         if left is not None:
             done = done | left
-        if done.any():
-            alive = (~done).nonzero().squeeze(1)
-            if alive.numel() == 0:
+        size = N
+        if some_idle:
+            done = done & ~idle
+        if done.any() or some_idle and bool((idle & at_limit).any()):
+            idle = idle | done
+            live = (~idle).nonzero().squeeze(1)  # (L,)
+            if live.numel() == 0:
                 break
-            running, beam_log_probs = running[alive], beam_log_probs[alive]
+            spare = (idle & ~at_limit).nonzero().squeeze(1)  # idle sentences that may go on
+            size = rows_kept(live.numel(), N) if keep_done else live.numel()
+            size = min(size, live.numel() + spare.numel())
+            some_idle = size > live.numel()
+        if size < N:  # the running sentences, then idle ones up to ``size``
+            alive = torch.cat([live, spare[: size - live.numel()]])
+            running, beam_log_probs, idle = running[alive], beam_log_probs[alive], idle[alive]
             rows, token = rows[alive], token[alive]
             # The beam rows reorder and drop in one go; the sentences that stay keep theirs.
             batch.select(rows.flatten(), alive)

@@ -140,8 +140,9 @@ def length_limits(
 
 
 def rows_kept(running: int, rows: int) -> int:
-    """How many of a batch's ``rows`` stay in it when ``running`` of them have not finished:
-    the smallest of 1, 2, 4, 8 and the multiples of 16 that holds them, at most ``rows``.
+    """How many of a batch's ``rows`` (in beam search its sentences, K rows each) stay in it
+    when ``running`` of them have not finished: the smallest of 1, 2, 4, 8 and the multiples
+    of 16 that holds them, at most ``rows``.
 
     oneDNN compiles a packed product for each number of rows it multiplies (model/linear.py:
     0.2-0.3 ms and about 0.5 MB each, kept in ``CACHE_SIZES``). Where finished
