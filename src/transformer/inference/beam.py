@@ -53,7 +53,7 @@ from .search import (
     gnmt_length_penalty,
     max_output_lengths,
     room_needed,
-    rows_kept,
+    rows_that_stay,
     stopped_rows,
 )
 
@@ -119,9 +119,9 @@ def _beam_search(
     beam_log_probs[:, 0] = 0.0
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]  # per sentence, best first
     # Sentences that are done but stay in the batch (idle), their candidates made and not used,
-    # until the rest fit a smaller size (``rows_kept``): few row counts, so that the compiled
-    # products fit oneDNN's cache. An idle sentence leaves at its own length limit (cost.py
-    # counts K · (L + 1) steps for it), and none stays where the steps are recorded.
+    # until the rest fit a smaller size (``search.rows_that_stay``): few row counts, so that
+    # the compiled products fit oneDNN's cache. An idle sentence leaves at its own length limit
+    # (cost.py counts K · (L + 1) steps for it), and none stays where the steps are recorded.
     keep_done = recorder is None
     idle = torch.zeros(B, dtype=torch.bool, device=device)  # (N,)
     some_idle = False
@@ -172,20 +172,16 @@ def _beam_search(
         left = stopped_rows(stopped, running)  # (N,) nobody waits for these any more
         if left is not None:
             done = done | left
-        size = N
+        alive = None  # (N',) the sentences that stay: all where None
         if some_idle:
             done = done & ~idle
         if done.any() or some_idle and bool((idle & at_limit).any()):
             idle = idle | done
-            live = (~idle).nonzero().squeeze(1)  # (L,)
-            if live.numel() == 0:
+            alive, live = rows_that_stay(idle, at_limit, keep_done)
+            if live == 0:
                 break
-            spare = (idle & ~at_limit).nonzero().squeeze(1)  # idle sentences that may go on
-            size = rows_kept(live.numel(), N) if keep_done else live.numel()
-            size = min(size, live.numel() + spare.numel())
-            some_idle = size > live.numel()
-        if size < N:  # the running sentences, then idle ones up to ``size``
-            alive = torch.cat([live, spare[: size - live.numel()]])
+            some_idle = (N if alive is None else alive.numel()) > live
+        if alive is not None:
             running, beam_log_probs, idle = running[alive], beam_log_probs[alive], idle[alive]
             rows, token = rows[alive], token[alive]
             # The beam rows reorder and drop in one go; the sentences that stay keep theirs.

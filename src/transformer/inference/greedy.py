@@ -28,7 +28,7 @@ from .search import (
     force_eos,
     max_output_lengths,
     room_needed,
-    rows_kept,
+    rows_that_stay,
     stopped_rows,
 )
 
@@ -49,7 +49,7 @@ def _search_one_path(
 ) -> list[Hypothesis]:
     """Greedy search and sampling: one hypothesis per sentence, the next token ``choose``'s.
     ``keep_finished``: finished rows stay in the batch while the rest fit no smaller size
-    (``rows_kept``); sampling does not keep them, since a finished row's distribution may be
+    (``rows_that_stay``); sampling does not keep them, since a finished row's distribution may be
     empty (every token banned), where ``multinomial`` fails."""
     if src_ids.size(0) == 0:
         return []
@@ -62,7 +62,7 @@ def _search_one_path(
     log_prob = torch.zeros(src_ids.size(0), device=src_ids.device)  # (N,)
     results: dict[int, Hypothesis] = {}
     # rows whose sentence has finished but that stay in the batch (idle) until the rest fit a
-    # smaller size (``rows_kept``): their next tokens are made and not used. An idle row leaves
+    # smaller size (``rows_that_stay``): their next tokens are made and not used. An idle row leaves
     # at its own length limit: no sentence makes more steps than the L + 1 that cost.py counts.
     idle = torch.zeros(src_ids.size(0), dtype=torch.bool, device=src_ids.device)  # (N,)
     some_idle = False
@@ -84,18 +84,14 @@ def _search_one_path(
             for row, ids, total in zip(rows.tolist(), tokens, totals, strict=True):
                 results[int(running[row])] = Hypothesis(ids, score=total, log_prob=total)
             idle = idle | done
-            live = (~idle).nonzero().squeeze(1)  # (L,)
-            if live.numel() == 0:
+            rest, live = rows_that_stay(idle, at_limit, keep_finished)
+            if live == 0:
                 break
-            spare = (idle & ~at_limit).nonzero().squeeze(1)  # idle rows that may go on
-            size = rows_kept(live.numel(), idle.numel()) if keep_finished else live.numel()
-            size = min(size, live.numel() + spare.numel())
-            if size < idle.numel():  # the running rows, then idle ones up to ``size``
-                rest = torch.cat([live, spare[: size - live.numel()]])
+            if rest is not None:
                 batch.select(rest, rest)
                 running, log_prob, next_tokens = running[rest], log_prob[rest], next_tokens[rest]
                 idle = idle[rest]
-            some_idle = size > live.numel()
+            some_idle = idle.numel() > live
         batch.append(next_tokens)
     return [results[i] for i in range(src_ids.size(0))]  # EOS is forced at the limit
 

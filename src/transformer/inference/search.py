@@ -148,13 +148,31 @@ def rows_kept(running: int, rows: int) -> int:
     0.2-0.3 ms and about 0.5 MB each, kept in ``CACHE_SIZES``). Where finished
     sentences left a batch at once, its rows fell one or two at a time and most steps'
     products were compiled anew; kept to these sizes, a 64-sentence batch multiplies at most
-    8 row counts, and every batch the same ones (docs/speed.md). A finished row still leaves
-    at its sentence's own length limit, so that no sentence costs more steps than cost.py
-    counts: the batch is then smaller than this size."""
+    8 row counts, and every batch the same ones (docs/speed.md). ``rows_that_stay`` applies
+    it, and lets a finished row go at its own length limit all the same."""
     for size in (1, 2, 4, 8):
         if running <= size:
             return min(size, rows)
     return min(-(-running // 16) * 16, rows)
+
+
+def rows_that_stay(idle: Tensor, at_limit: Tensor, keep_idle: bool) -> tuple[Tensor | None, int]:
+    """After some rows (in beam search, sentences) finished: the rows that stay in the batch,
+    in order, and how many of them still run. The running rows stay, then, where
+    ``keep_idle``, finished ("idle") rows up to ``rows_kept``'s size, only those short of
+    their own length limit (``at_limit`` marks the last step of a row's L + 1), so that no
+    sentence makes more steps than cost.py counts for it. None: every row stays.
+
+    Shape:
+        idle and at_limit (N,) -> the rows' indices (R,) or None, and their running count.
+    """
+    live = (~idle).nonzero().squeeze(1)  # (L,)
+    spare = (idle & ~at_limit).nonzero().squeeze(1)  # idle rows that may go on
+    size = rows_kept(live.numel(), idle.numel()) if keep_idle else live.numel()
+    size = min(size, live.numel() + spare.numel())
+    if size == idle.numel():
+        return None, live.numel()
+    return torch.cat([live, spare[: size - live.numel()]]), live.numel()
 
 
 def room_needed(min_len: int, prefix: Tensor | None) -> Tensor | int:

@@ -147,9 +147,10 @@ class LayerCache:
         """This layer's buffers as a compiled step sees them (a fixed cache whose buffer and
         encoder-decoder keys and values exist: ``allocate`` and ``set_cross``, which
         inference/compiled.py calls before the first step)."""
-        assert self._kv is not None and self._cross is not None
+        assert self._kv is not None and self.cross_keys is not None
+        assert self.cross_values is not None
         kv = self._kv[:, : self.rows]  # (2, B, H, capacity, Dh)
-        return FixedSlots(kv[0], kv[1], self._cross[0], self._cross[1], position)
+        return FixedSlots(kv[0], kv[1], self.cross_keys, self.cross_values, position)
 
 
 class FixedSlots:
