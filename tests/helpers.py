@@ -280,6 +280,9 @@ class Stub(EncoderDecoder):
     def parts(self) -> list[tuple[str, list[nn.Module]]]:
         return []
 
+    def once_per_batch(self) -> list[nn.Module]:
+        return []
+
 
 # --- the HTTP service -----------------------------------------------------------------------
 @contextmanager

@@ -147,6 +147,24 @@ def test_only_layers_at_least_256_wide_on_both_sides_are_packed():
     assert model.output.packed.weight.size(0) == 320  # whole blocks of logits
 
 
+@pytest.mark.parametrize("d_model,dtype,batch_layers_packed", [
+    (256, torch.float, False), (512, torch.float, True), (256, torch.bfloat16, True),
+])  # fmt: skip
+def test_layers_run_once_per_batch_are_packed_in_float32_only_from_512_wide(
+    d_model, dtype, batch_layers_packed
+):
+    model = wide_model(300, d_model)
+    once = {id(m) for part in model.once_per_batch() for m in part.modules()}
+    linears = [m for m in model.modules() if isinstance(m, Linear)]
+    batch = [m for m in linears if id(m) in once]
+    step = [m for m in linears if id(m) not in once]
+    assert len(batch) == 6 + 2 and len(step) == 4 + 2 + 2 + 1  # encoder, cross keys and values
+    count = pack_linear_layers(model, model.output, BLOCK, dtype, model.once_per_batch())
+    assert all(m.packed is not None for m in step)
+    assert all((m.packed is not None) == batch_layers_packed for m in batch)
+    assert count == len(step) + batch_layers_packed * len(batch)
+
+
 @pytest.mark.parametrize("vocab", [300, 1100, 2560])  # one product; slices, padded; whole blocks
 @pytest.mark.parametrize("k", [1, 8])
 def test_the_vocabulary_step_is_the_same_with_the_output_layer_packed(vocab, k):
@@ -183,8 +201,11 @@ def test_the_engine_packs_on_a_cpu_unless_told_not_to(numbers_model, pack, monke
     monkeypatch.setattr(linear_module, "MIN_FEATURES", 1)  # the test model is narrow
     runtime = RuntimeConfig(device="cpu", inter_threads=2, pack_weights=pack)  # threads as set
     engine = load_torch_engine(numbers_model, runtime=runtime, batch_size=2)
+    once = {id(m) for part in engine.model.once_per_batch() for m in part.modules()}
     layers = [m for m in engine.model.modules() if isinstance(m, Linear)]
-    assert all((m.packed is not None) == pack for m in layers)
+    step = [m for m in layers if id(m) not in once]
+    assert all((m.packed is not None) == pack for m in step)
+    assert all(m.packed is None for m in layers if id(m) in once)  # narrower than 512
     unpacked = RuntimeConfig(device="cpu", inter_threads=1, pack_weights=False)
     plain = load_torch_engine(numbers_model, runtime=unpacked)
     sentences = "three hundred and twelve|forty-one|nine thousand and six|seven|eighty-eight|two"

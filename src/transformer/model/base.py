@@ -100,6 +100,13 @@ class EncoderDecoder(nn.Module, ABC):
         """(part, its modules) in the order of the data flow, in the notes' words: what
         ``transformer info`` counts the parameters of."""
 
+    @abstractmethod
+    def once_per_batch(self) -> list[nn.Module]:
+        """The modules a search runs once per batch of sources, not at every step: the encoder,
+        and what the decoder computes from the encoder's output alone. Their products take a
+        whole batch's source words at once (hundreds of rows), a step's a few rows per
+        sentence, and ``model/linear.py`` packs the two kinds by different rules."""
+
     @property
     @abstractmethod
     def width(self) -> int:

@@ -10,9 +10,16 @@ at 4 to 64 rows; but a call costs about 15 µs more, so 128 → 128 is 1.1-4× s
 rows. In whole searches (1 thread, in turn on the same sentences), every layer of the Multi30k
 model packed (256 wide) made greedy and beam search 1.11× faster; the demo model's
 feed-forward layers packed (128 → 512 → 128) made them 0.84× and 0.91× as fast. So
-``pack_linear_layers`` packs only layers at least ``MIN_FEATURES`` wide on both sides. It is
-done for translation on a CPU (``runtime.pack_weights``, inference/engine.py), never for
-training: the packed product has no gradient.
+``pack_linear_layers`` packs only layers at least ``MIN_FEATURES`` wide on both sides. The
+layers a search runs once per batch (the encoder, the encoder-decoder attention's keys and
+values: ``EncoderDecoder.once_per_batch``) multiply a whole batch's source words, hundreds of
+rows whose number changes with every batch, so each batch compiles their products anew; in
+float32 they are packed only from ``ONCE_PER_BATCH_MIN_FEATURES`` wide. On test2016 (2 threads)
+the Multi30k model's 256-wide ones ran as fast unpacked and their packed copies and compiled
+products held 16-33 MB; at OPUS-MT size (512) unpacked they made greedy search 8% slower. In
+bfloat16 they are packed at any width: the product itself is faster. Packing is done for
+translation on a CPU (``runtime.pack_weights``, inference/engine.py), never for training: the
+packed product has no gradient.
 
 The packed product gives the same numbers as ``F.linear`` to float32 rounding (the order of the
 sums differs), and a row's numbers do not depend on how many rows are multiplied with it, where
@@ -40,6 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 MIN_FEATURES = 256  # the narrowest layer packed, in and out
+ONCE_PER_BATCH_MIN_FEATURES = 512  # the same, in float32, for a layer run once per batch
 PACKED_ROWS = 64  # the row count oneDNN lays the weight out for (any count is multiplied)
 # oneDNN keeps a compiled product for each shape it has multiplied (0.2-0.3 ms to compile,
 # about 0.5 MB each), 1,024 by default: translating test2016 (a few hundred row counts) they
@@ -158,17 +166,22 @@ def pack_linear_layers(
     output: nn.Module | None = None,
     multiple: int = 1,
     dtype: torch.dtype = torch.float,
+    once_per_batch: list[nn.Module] | None = None,
 ) -> int:
     """Packs every ``Linear`` of ``model`` at least ``MIN_FEATURES`` wide, in and out, in
-    ``dtype`` (``output``'s rows padded to a multiple of ``multiple``); returns how many, 0
-    where ``can_pack`` is False."""
+    ``dtype`` (``output``'s rows padded to a multiple of ``multiple``); in float32, those inside
+    the ``once_per_batch`` modules only from ``ONCE_PER_BATCH_MIN_FEATURES``. Returns how many,
+    0 where ``can_pack`` is False."""
     if not can_pack():
         return 0
     for name, size in CACHE_SIZES.items():  # read at oneDNN's first product; a value set stays
         os.environ.setdefault(name, str(size))
+    narrowest = ONCE_PER_BATCH_MIN_FEATURES if dtype == torch.float else MIN_FEATURES
+    per_batch = {id(m): narrowest for part in once_per_batch or [] for m in part.modules()}
     layers = [
         m for m in model.modules()
-        if isinstance(m, Linear) and min(m.in_features, m.out_features) >= MIN_FEATURES
+        if isinstance(m, Linear)
+        and min(m.in_features, m.out_features) >= per_batch.get(id(m), MIN_FEATURES)
         and m.weight.device.type == "cpu" and m.weight.dtype == torch.float
     ]  # fmt: skip
     for layer in layers:

@@ -126,6 +126,11 @@ class RNNEncoderDecoder(EncoderDecoder):
             (f"output linear{tied}", [self.output]),
         ]
 
+    def once_per_batch(self) -> list[nn.Module]:
+        """The encoder, the initial state and the attention's keys (``RNNDecoder.start``)."""
+        attention = self.decoder.attention
+        return [self.encoder, self.decoder.bridge, *([attention.key] if attention else [])]
+
     @property
     def width(self) -> int:
         """The hidden units of each RNN (rnn_hidden)."""

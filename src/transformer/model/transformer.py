@@ -137,6 +137,11 @@ class Transformer(EncoderDecoder):
         tied = " (tied to target embedding)" if config.tie_output else ""
         return [*rows, (f"output linear{tied}", [self.output])]
 
+    def once_per_batch(self) -> list[nn.Module]:
+        """The encoder, and the encoder-decoder attention's keys and values (cache.py)."""
+        cross = [layer.cross_attn for layer in self.decoder.layers]
+        return [self.encoder, *(m for attn in cross for m in (attn.w_k, attn.w_v))]
+
     @property
     def width(self) -> int:
         """d_model."""
