@@ -176,12 +176,12 @@ def pack_linear_layers(
         return 0
     for name, size in CACHE_SIZES.items():  # read at oneDNN's first product; a value set stays
         os.environ.setdefault(name, str(size))
-    narrowest = ONCE_PER_BATCH_MIN_FEATURES if dtype == torch.float else MIN_FEATURES
-    per_batch = {id(m): narrowest for part in once_per_batch or [] for m in part.modules()}
+    once = {id(m) for part in once_per_batch or [] for m in part.modules()}
+    once_narrowest = ONCE_PER_BATCH_MIN_FEATURES if dtype == torch.float else MIN_FEATURES
     layers = [
         m for m in model.modules()
-        if isinstance(m, Linear)
-        and min(m.in_features, m.out_features) >= per_batch.get(id(m), MIN_FEATURES)
+        if isinstance(m, Linear) and min(m.in_features, m.out_features)
+        >= (once_narrowest if id(m) in once else MIN_FEATURES)
         and m.weight.device.type == "cpu" and m.weight.dtype == torch.float
     ]  # fmt: skip
     for layer in layers:
