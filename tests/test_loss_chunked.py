@@ -192,7 +192,9 @@ def test_the_whole_logits_never_exist():
 
     block_bytes = 128 * v * 4  # a twelfth of the logits
     assert peak_bytes(step(0)) >= 2 * logits_bytes  # the measure sees the plain path's blocks
-    assert peak_bytes(step(128)) < 4 * block_bytes  # a few (128, V) blocks and the gradients
+    # one (128, V) block and the gradients (64 KB): on a CPU the softmax is written over the
+    # logits, where a new block beside them made the peak 2.2 blocks
+    assert peak_bytes(step(128)) < 1.5 * block_bytes
 
 
 def test_a_negative_chunk_is_a_clear_error():

@@ -41,10 +41,11 @@ def chunk_loss_and_grad(
     """The loss of one chunk of logits and its gradient, in fp32 whatever the logits' type.
 
     Few passes over the (C, V) block, which bound the loss's time (docs/speed.md): one softmax
-    gives p, whose value at each row's largest logit (at least 1/V, so never rounded to 0)
-    gives log Σ exp z without a separate log-sum-exp, and p becomes the gradient in place.
-    Padding rows are left to the caller. ``TrainingLoss(compile=True)`` compiles this function
-    into a few fused kernels.
+    gives p, whose largest value (at each row's largest logit, at least 1/V, so never rounded
+    to 0) gives log Σ exp z without a separate log-sum-exp, and p becomes the gradient in
+    place. On a CPU the softmax is written over z (``_softmax_into``): z is the caller's no
+    more. Padding rows are left to the caller. ``TrainingLoss(compile=True)`` compiles this
+    function into a few fused kernels.
 
     Args:
         z: logits (C, V), fp32 or the autocast type; index: correct ids (C, 1).
@@ -57,10 +58,11 @@ def chunk_loss_and_grad(
     kept = z if impossible is None else z.index_fill(1, impossible, 0.0)
     z_sum = kept.sum(dim=-1, keepdim=True)  # (C, 1) Σ over the V' ids
     z_y = z.gather(1, index)  # (C, 1)
-    top, at_top = z.max(dim=-1, keepdim=True)  # (C, 1) each row's largest logit
-    p = torch.softmax(z, dim=-1)  # (C, V)
+    top = z.amax(dim=-1, keepdim=True)  # (C, 1) each row's largest logit
+    p = _softmax_into(z)  # (C, V) over z where it may
     del z, kept
-    lse = top - p.gather(1, at_top).log()  # (C, 1) log Σ_v exp z_v
+    # p is largest where z is: log Σ_v exp z_v = max z − log max p, and max p ≥ 1/V
+    lse = top - p.amax(dim=-1, keepdim=True).log()  # (C, 1) log Σ_v exp z_v
     nll = lse - z_y  # (C, 1) −log p_y
     uniform = lse - z_sum / possible  # (C, 1) mean over the V' ids of −log p_v
     loss = (1.0 - epsilon) * nll + epsilon * uniform
@@ -69,6 +71,15 @@ def chunk_loss_and_grad(
     if impossible is not None:
         grad.index_fill_(1, impossible, 0.0)  # p = 0 there, and no smoothing mass
     return nll, loss, grad.to(z_type)
+
+
+def _softmax_into(z: Tensor) -> Tensor:
+    """softmax(z) over the last dim, written over z where that is safe and pays: on a CPU,
+    uncompiled (each row is read before it is written, and a new (C, V) block would be memory
+    faulted in afresh at every chunk); elsewhere a new tensor. Shape: (C, V) -> (C, V)."""
+    if z.is_cpu and z.is_contiguous() and not torch.compiler.is_compiling():
+        return torch._softmax(z, -1, False, out=z)
+    return torch.softmax(z, dim=-1)
 
 
 class _LinearLabelSmoothedNll(torch.autograd.Function):
