@@ -26,10 +26,11 @@ class RuntimeConfig:
     instead of autocast: 1.2-1.4x faster than fp32 on an AMD EPYC, the same BLEU, 94-95% of
     the outputs the same (docs/speed.md)."""
     compile: bool = False
-    """torch.compile, once for any batch shape: for training the model and the loss; for
-    translate, evaluate and serve the decoder's step (one batch at a time; on the 2-core CPU
-    1.0-1.4x the eager speed after 12-55 s of compiling: docs/speed.md). Without a C++
-    compiler on a CPU, or Triton on a GPU: uncompiled, with a warning."""
+    """torch.compile, once for any batch shape: for training the model and the loss (on a
+    GPU; on the 2-core CPU training ran at 0.8-0.9x the eager speed); for translate, evaluate
+    and serve the decoder's step (one batch at a time; on the 2-core CPU 1.0-1.4x the eager
+    speed after 12-55 s of compiling: docs/speed.md). Without a C++ compiler on a CPU, or
+    Triton on a GPU: uncompiled, with a warning."""
     pack_weights: bool = True
     """For translate, evaluate and serve on a CPU: the linear layers at least 256 wide (in and
     out) multiply with a copy of their weights packed once for oneDNN (model/linear.py): the
