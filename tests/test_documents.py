@@ -71,6 +71,18 @@ def test_a_hard_wrapped_sentence_is_one_sentence():
     assert [s.line for s in doc.sentences] == [1, 2]
 
 
+@pytest.mark.parametrize(
+    "text", ["See http://example.com/a.b?c=d today.", "Hi!!!Yes.", "one?two!three."]
+)
+def test_a_sentence_ends_only_where_a_space_follows(text):
+    # pysbd cuts "a.b?c=d" after "?" and "Hi!!!Yes." inside "!!!": two translations written
+    # with nothing between them would read as one word
+    doc = read_document(text, "en")
+    assert [s.text for s in doc.sentences] == [text]
+    found = translate_texts(UpperEngine(), [text], document=True).texts[0]
+    assert found.text == f"<{text.upper()}>"
+
+
 def test_an_empty_document_and_one_of_blank_lines_translate_to_themselves():
     engine = UpperEngine()
     for text in ("", "\n\n  \n"):

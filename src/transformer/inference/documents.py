@@ -89,16 +89,22 @@ def _segmenter(language: str):
 
 def split_sentences(text: str, language: str) -> list[tuple[int, int]]:
     """(start, end) of each sentence of one paragraph, in order, without surrounding spaces;
-    together they hold every non-space character of ``text``."""
+    together they hold every non-space character of ``text``. A sentence ends only where
+    whitespace follows: pysbd also cuts inside "example.com/a.b?c=d" and "Hi!!!Yes.", and
+    translations put back with nothing between them would run together as one word."""
     pieces = _segmenter(language).segment(text.replace("\n", " "))  # offsets stay the same
     if "".join(pieces) != text.replace("\n", " "):  # pysbd (clean=False) gives the text back
         pieces = [text]  # whole: never lose a character if it ever does not
-    spans, at = [], 0
+    spans: list[tuple[int, int]] = []
+    at = 0
     for piece in pieces:
         core = piece.strip()
         if core:
             start = at + len(piece) - len(piece.lstrip())
-            spans.append((start, start + len(core)))
+            if spans and spans[-1][1] == start:  # no space between: the same sentence
+                spans[-1] = (spans[-1][0], start + len(core))
+            else:
+                spans.append((start, start + len(core)))
         at += len(piece)
     return spans
 
