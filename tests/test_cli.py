@@ -10,6 +10,8 @@ import re
 import pytest
 
 from transformer.cli import commands, config_from_args, main
+from transformer.cli.main import COMMANDS, build_parser
+from transformer.cli.options import parse
 from transformer.config import SECTIONS, ModelConfig, load_config
 
 from helpers import cli
@@ -67,6 +69,18 @@ def test_one_scheme_with_short_spellings():
     assert config_from_args(["--train.max-steps=7", "--decode.beam-size=2"]) == scheme
     # A true/false key alone means true.
     assert config_from_args(["--decode.sampling"]).decode.sampling is True
+
+
+@pytest.mark.parametrize("after", [["-o", "out.txt"], ["-i", "in.txt"], ["--document"], []])
+def test_a_true_false_key_alone_means_true_before_any_other_option(after):
+    ns, given = parse(build_parser("translate"), ["M", "--decode.alignment", *after],
+                      COMMANDS["translate"].sections)  # fmt: skip
+    assert given["decode"]["alignment"] is True and ns.model_dir == "M"
+    assert (ns.output, ns.input, ns.document) == (
+        "out.txt" if "-o" in after else None,
+        "in.txt" if "-i" in after else None,
+        "--document" in after,
+    )
 
 
 def test_info_takes_short_spellings(capsys):

@@ -43,7 +43,7 @@ def normalize(argv: list[str], sections: tuple[str, ...]) -> list[str]:
             continue
         key, eq, value = arg[2:].partition("=")
         key = key.replace("-", "_")
-        alone = not eq and (not args or args[0].startswith("--"))
+        alone = not eq and (not args or args[0].startswith("-"))  # before -o FILE too
         key = FLAT_KEYS.get(key, key) if "." not in key else key
         if key.partition(".")[0] not in sections and key != "model.preset":
             out.append(arg)  # a command option (--out, --no-color, ...), or a mistake
