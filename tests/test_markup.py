@@ -320,6 +320,9 @@ def test_xml_keeps_the_case_of_names_and_comes_out_well_formed():
         ("a & b", "xml", 1, "bare '&'"),
         ("a < b", "xml", 1, "bare '<'"),
         ("a&nbsp;b", "xml", 1, "&nbsp; is not an XML entity"),
+        ('x\n<t a="&nbsp;">y</t>', "xml", 2, "&nbsp; is not an XML entity"),
+        ('<t a="1 < 2"/>', "xml", 1, "bare '<'"),
+        ('<t a="R & D">y</t>', "xml", 1, "bare '&'"),
     ],
 )
 def test_markup_that_cannot_be_kept_is_one_line_naming_its_line(text, kind, line, words):

@@ -23,7 +23,8 @@ content the model never sees. In HTML a ``<br>`` and the start and end of a bloc
 The markup must be balanced, HTML too: every element that is not void is closed, in order (the
 end tags HTML lets one leave out, ``</p>`` and ``</li>``, are required). An unclosed or stray
 tag, tags closed out of order, an unfinished tag (``<b`` or ``<b class="x``), and in XML a bare
-``<`` or ``&`` or an entity XML does not define are a ``MarkupError``: one line naming the line.
+``<`` or ``&`` or an entity XML does not define (in the text or in an attribute value) are a
+``MarkupError``: one line naming the line.
 """
 
 from __future__ import annotations
@@ -209,6 +210,28 @@ class _Builder:
         decoded = html.unescape(raw)
         self._text(decoded, [(at, end)] * len(decoded))
 
+    def _check_attributes(self, at: int, end: int) -> None:
+        """In XML, a start tag's attribute values obey the rules of its text: no bare ``<`` or
+        ``&``, no entity XML does not define (they would be written out as given)."""
+        if not self.xml or self.hidden:
+            return
+        tag = self.source[at:end]
+        if "<" in tag[1:]:
+            raise MarkupError(self._line(at), "a bare '<' in an XML attribute value; write &lt;")
+        for k, c in enumerate(tag):
+            if c != "&":
+                continue
+            name = tag[k + 1 : tag.find(";", k)] if ";" in tag[k:] else ""
+            number = name[2:] if name[:2] in ("#x", "#X") else name[1:] if name[:1] == "#" else ""
+            digits = "0123456789abcdefABCDEF" if name[:2] in ("#x", "#X") else "0123456789"
+            if (number and all(d in digits for d in number)) or name in XML_ENTITIES:
+                continue
+            if not name or not name.replace("_", "a").replace("-", "a").isalnum():
+                raise MarkupError(self._line(at), "a bare '&' in an XML attribute value; write "
+                                  "&amp;")  # fmt: skip
+            raise MarkupError(self._line(at), f"&{name}; is not an XML entity (XML has &amp; "
+                              "&lt; &gt; &quot; &apos; and numeric references)")  # fmt: skip
+
     def _element(self, name: str, at: int, end: int, verbatim: bool, block: bool) -> Element:
         parent = self.open[-1] if self.open else None
         element = Element(name, self.source[at:end], "", self.length, self.length, at, end,
@@ -217,6 +240,7 @@ class _Builder:
         return element
 
     def _start(self, at: int, end: int, payload: tuple[str, dict]) -> None:
+        self._check_attributes(at, end)
         name, attrs = self._name(at, end, payload[0]), payload[1]
         if not self.xml and name in VOID:
             self._empty(at, end, payload)
@@ -232,6 +256,7 @@ class _Builder:
         self.hidden += hides
 
     def _empty(self, at: int, end: int, payload: tuple[str, dict]) -> None:
+        self._check_attributes(at, end)
         name = self._name(at, end, payload[0])
         self._element(name, at, end, True, False)
         if name == "br" or name in BLOCK:
