@@ -30,6 +30,7 @@ tag, tags closed out of order, an unfinished tag (``<b`` or ``<b class="x``), an
 from __future__ import annotations
 
 import html
+import re
 from bisect import bisect_right
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -46,6 +47,8 @@ BLOCK = {"address", "article", "aside", "blockquote", "body", "caption", "dd", "
          "p", "pre", "section", "summary", "table", "tbody", "td", "tfoot", "th", "thead",
          "title", "tr", "ul"}  # HTML elements that start a line of their own  # fmt: skip
 XML_ENTITIES = {"amp", "lt", "gt", "quot", "apos"}
+# an entity or character reference, or a bare '&': (numeric, name), both None for a bare '&'
+_REFERENCE = re.compile(r"&(?:(#[0-9]+|#[xX][0-9a-fA-F]+)|([A-Za-z_:][\w.:-]*));|&")
 _TAG_START = set("/!?")  # after "<", these (or a letter) begin a tag
 
 
@@ -56,6 +59,11 @@ class MarkupError(UserError):
         where = f"line {line}" if text is None else f"text {text + 1}, line {line}"
         super().__init__(f"{where}: {reason}")
         self.line, self.reason, self.text = line, reason, text
+
+
+def _not_an_xml_entity(line: int, name: str) -> MarkupError:
+    return MarkupError(line, f"&{name}; is not an XML entity (XML has &amp; &lt; &gt; &quot; "
+                       "&apos; and numeric references)")  # fmt: skip
 
 
 @dataclass
@@ -205,8 +213,7 @@ class _Builder:
     def _ref(self, at: int, end: int, name: str | None) -> None:
         raw = self.source[at:end]
         if self.xml and name is not None and name not in XML_ENTITIES and not self.hidden:
-            raise MarkupError(self._line(at), f"&{name}; is not an XML entity (XML has &amp; "
-                              "&lt; &gt; &quot; &apos; and numeric references)")  # fmt: skip
+            raise _not_an_xml_entity(self._line(at), name)
         decoded = html.unescape(raw)
         self._text(decoded, [(at, end)] * len(decoded))
 
@@ -218,19 +225,13 @@ class _Builder:
         tag = self.source[at:end]
         if "<" in tag[1:]:
             raise MarkupError(self._line(at), "a bare '<' in an XML attribute value; write &lt;")
-        for k, c in enumerate(tag):
-            if c != "&":
-                continue
-            name = tag[k + 1 : tag.find(";", k)] if ";" in tag[k:] else ""
-            number = name[2:] if name[:2] in ("#x", "#X") else name[1:] if name[:1] == "#" else ""
-            digits = "0123456789abcdefABCDEF" if name[:2] in ("#x", "#X") else "0123456789"
-            if (number and all(d in digits for d in number)) or name in XML_ENTITIES:
-                continue
-            if not name or not name.replace("_", "a").replace("-", "a").isalnum():
+        for reference in _REFERENCE.finditer(tag):
+            numeric, name = reference.groups()
+            if name is None and numeric is None:
                 raise MarkupError(self._line(at), "a bare '&' in an XML attribute value; write "
                                   "&amp;")  # fmt: skip
-            raise MarkupError(self._line(at), f"&{name}; is not an XML entity (XML has &amp; "
-                              "&lt; &gt; &quot; &apos; and numeric references)")  # fmt: skip
+            if name is not None and name not in XML_ENTITIES:
+                raise _not_an_xml_entity(self._line(at), name)
 
     def _element(self, name: str, at: int, end: int, verbatim: bool, block: bool) -> Element:
         parent = self.open[-1] if self.open else None
