@@ -168,7 +168,8 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
             body.flag_below, lambda job: _answer(served, job, request),
             lambda parts, search: served.batcher.translate(parts, search, body.prefix),
             served.batcher.call,
-            lambda parts, search: _check_search(served, parts, body.prefix, search),
+            lambda parts, search, rerun: _check_search(served, parts, body.prefix, search,
+                                                       rerun),
             markup,
         )  # fmt: skip
         return TranslateResponse(translations=[SentenceTranslation(**f) for f in found],
