@@ -22,6 +22,7 @@ from ..errors import UserError
 from ..inference.confidence import confidences
 from ..inference.engine import Engine
 from ..inference.markup import MarkupError
+from ..inference.search import Stopped
 from ..inference.texts import TextOut, aligned, check_options, plan_for, put_back, record
 from .errors import ApiError
 
@@ -48,7 +49,7 @@ async def translate_texts_request(
     flag_below: float | None,
     queue: Callable[[Callable[[], Future]], Awaitable[Any]],
     translate_job: Callable[[list[str], DecodeConfig], Future],
-    call_job: Callable[[Callable[[], Any]], Future],
+    call_job: Callable[[Callable[[Stopped], Any]], Future],
     check_cost: Callable[[list[str], DecodeConfig, int], None],
     markup: str = "text",
 ) -> tuple[list[dict], int]:
@@ -71,7 +72,7 @@ async def translate_texts_request(
     if scored:
         tokens = [o[0].tokens if o else [] for o in batched.result.nbest]
         found = await queue(lambda: call_job(
-            lambda: confidences(engine, engine.tokenizers, p.parts, tokens)))  # fmt: skip
+            lambda _: confidences(engine, engine.tokenizers, p.parts, tokens)))  # fmt: skip
     outs = put_back(p, batched.result, found, flag_below, decode.alignment)
     return [_fields(t, jsonl) for t in outs], batched.batch_sentences
 
