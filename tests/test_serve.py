@@ -191,6 +191,32 @@ def test_invalid_requests_name_the_field_without_echoing_it(torch_engine):
         assert_error(client.get("/translate"), 405, "method_not_allowed")
 
 
+def test_text_that_is_no_unicode_is_a_422_naming_the_field(torch_engine):
+    # JSON may escape a lone surrogate (\ud800), which is no character: it cannot be encoded
+    # for the tokenizer, and was a 500 from every field holding text.
+    lone = '"tw\\ud800elve"'
+    cases = [
+        ("/translate", f'{{"sentences": [{lone}]}}', "sentences.0"),
+        ("/translate", f'{{"sentences": ["twelve"], "prefix": [{lone}]}}', "prefix.0"),
+        ("/translate", f'{{"sentences": ["twelve"], "glossary": [["twelve", {lone}]]}}',
+         "glossary.0.1"),
+        ("/translate", f'{{"sentences": [{lone}], "document": true}}', "sentences.0"),
+        ("/translate", f'{{"sentences": [{lone}], "markup": "html"}}', "sentences.0"),
+        ("/score", f'{{"sources": ["twelve"], "targets": [{lone}]}}', "targets.0"),
+        ("/score", f'{{"sources": [{lone}], "targets": ["douze"]}}', "sources.0"),
+        ("/attention", f'{{"sentence": "twelve", "prefix": {lone}}}', "prefix"),
+        ("/attention", f'{{"sentence": {lone}}}', "sentence"),
+        ("/step-through", f'{{"sentence": {lone}}}', "sentence"),
+    ]  # fmt: skip
+    with client_for(torch_engine) as client:
+        for path, body, field in cases:
+            response = client.post(path, content=body.encode(),
+                                   headers={"content-type": "application/json"})  # fmt: skip
+            assert_error(response, 422, "invalid_request", field)
+        fine = client.post("/translate", json={"sentences": ["tw\u00e9lve \U0001f600"]})
+        assert fine.status_code == 200, fine.text
+
+
 @contextmanager
 def stalled_worker(torch_engine, monkeypatch):
     """The worker blocks inside translate until the returned event is set; counts its calls."""

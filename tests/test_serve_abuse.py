@@ -13,6 +13,7 @@ import logging
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pytest
@@ -136,10 +137,11 @@ def test_head_works_wherever_get_does_and_the_page_cannot_be_framed(torch_engine
 
 
 # ---------------------------------------------------------------- real sockets, real time
-def _request(host: str, port: int, body: dict, timeout: float = 30) -> socket.socket:
+def _request(host: str, port: int, body: dict, timeout: float = 30,
+             path: str = "/translate") -> socket.socket:  # fmt: skip
     sock = socket.create_connection((host, port), timeout=timeout)
     data = json.dumps(body).encode()
-    head = (f"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(data)}\r\n\r\n").encode()  # fmt: skip
     sock.sendall(head + data)
     return sock
@@ -197,27 +199,36 @@ def test_a_slow_body_is_cut_off_with_a_408(numbers_model, server_process):
     assert 1 <= time.monotonic() - start < 4
 
 
-@pytest.fixture
-def threaded_server(torch_engine, caplog):
-    """The app on a SlowEngine, served by uvicorn in a thread (as ``serve`` configures it)."""
+@contextmanager
+def served_in_a_thread(engine):
+    """``engine``'s app served by uvicorn in a thread (as ``serve`` configures it); its port."""
     import uvicorn
 
     from transformer.serve.app import create_app
     from transformer.serve.config import ServeConfig
     from transformer.serve.server import listen, uvicorn_config
 
-    engine = SlowEngine(torch_engine)
     config = ServeConfig(port=0)
     server = uvicorn.Server(uvicorn_config(create_app(engine, config), config))
     listener = listen("127.0.0.1", 0)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    caplog.set_level(logging.INFO, logger="transformer.serve.access")
     thread.start()
     while not server.started:
         time.sleep(0.01)
-    yield engine, listener.getsockname()[1]
-    server.should_exit = True
-    thread.join(30)
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+@pytest.fixture
+def threaded_server(torch_engine, caplog):
+    """The app on a SlowEngine, served by uvicorn in a thread."""
+    engine = SlowEngine(torch_engine)
+    caplog.set_level(logging.INFO, logger="transformer.serve.access")
+    with served_in_a_thread(engine) as port:
+        yield engine, port
 
 
 @pytest.mark.slow
@@ -250,3 +261,37 @@ def test_the_new_limits_are_checked_where_they_are_set():
                        ("body_timeout", float("nan"))):  # fmt: skip
         with pytest.raises(BadValue, match=key):
             ServeConfig(**{key: value})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["/attention", "/step-through"])
+def test_an_attention_view_whose_client_left_stops_its_search(torch_engine, caplog, path):
+    # Every decoder step takes 0.1 s: the view's beam search of 47 steps would take about 5 s.
+    steps = []
+
+    def slow_step(module, args) -> None:
+        steps.append(time.monotonic())
+        time.sleep(0.1)
+
+    hook = torch_engine.model.decoder.register_forward_pre_hook(slow_step)
+    caplog.set_level(logging.INFO, logger="transformer.serve.access")
+    try:
+        with served_in_a_thread(torch_engine) as port:
+            body = {"sentence": "one", "beam_size": 4, "min_len": 47}
+            gone = _request("127.0.0.1", port, body, path=path)
+            time.sleep(0.5)  # being decoded
+            gone.close()
+            time.sleep(0.5)  # the search notices at its next step
+            left = time.monotonic()
+            waiting = _request("127.0.0.1", port, {"sentences": ["one"], "beam_size": 1,
+                                                   "max_len_a": 0.0, "max_len_b": 2})  # fmt: skip
+            answer = waiting.recv(65536)
+            answered = time.monotonic()
+    finally:
+        hook.remove()
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    assert answered - left < 2, answered - left  # not the 4 s left of the abandoned search
+    assert len([t for t in steps if t < left]) < 20  # the search stopped early
+    lines = [json.loads(r.message) for r in caplog.records if r.name.endswith("access")]
+    assert [line["status"] for line in lines if line["path"] == path] == [499]
+    assert "Traceback" not in caplog.text and "never retrieved" not in caplog.text

@@ -134,6 +134,30 @@ def test_translate_costs_at_least_what_it_makes_the_model_process(engine, long_p
         assert measured >= 0.95 * cost.tokens, (measured, cost.tokens)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"output_format": "jsonl", "beam_size": 1},
+        {"flag_below": 0.5, "beam_size": 1},
+        {"output_format": "jsonl", "beam_size": 4, "alignment": True},
+        {"flag_below": 0.5, "beam_size": 4, "markup": "html"},  # markup aligns by masking
+    ],
+)
+def test_the_words_probabilities_are_counted_as_one_more_pass(engine, options):
+    # jsonl and flag_below score each translation teacher-forced after the search: one more
+    # pass over its source and output, on top of any alignment's
+    texts = ["<b>one</b>" if "markup" in options else "one"] * MANY
+    body = {"sentences": texts, "max_len_a": 0.0, "max_len_b": 47, "min_len": 47, **options}
+    decode = decode_of(engine, body)
+    if "markup" in options:
+        decode = replace(decode, alignment=True, alignment_method="masking")
+    plain = ["one"] * MANY
+    cost = translation_cost(engine.tokenizers, plain, None, decode,
+                            engine.model.config.max_positions, rerun=1)  # fmt: skip
+    measured = served_within_its_count(engine, "/translate", body, cost.tokens)
+    assert measured >= 0.95 * cost.tokens, (measured, cost.tokens)
+
+
 def test_a_glossary_is_counted_with_the_room_its_terms_make(engine, long_prefix):
     # A request whose own limit is 1 token, with a term that raises it as a prefix would.
     sentences = ["one"] * 8

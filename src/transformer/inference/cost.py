@@ -11,7 +11,9 @@ prefix does (``constrained_beam.py``: room for the prefix and the sentence's tar
 so they count as prefix tokens here. Word alignments re-run the model once over
 every returned hypothesis (``alignment.py``), and by masking once more per source word and
 once unmasked (at most the source's length: a word has at least one piece, and </s> is none);
-/attention and the step-through view re-run it over the one translation they show.
+/attention and the step-through view re-run it over the one translation they show, and the
+words' probabilities (``confidence.py``: jsonl, flag_below) over the best one. Each pass is
+counted on its own: a request that asks for several pays for each.
 
     cost = Σ over non-empty sentences of
            encoder rows · source + rows · (L + 1) + re-run · (source + L + 1)
@@ -67,8 +69,9 @@ def search_cost(
         source_lengths: each sentence's source ids, pieces + EOS, as the encoder reads them.
         prefix_lengths: each sentence's forced target prefix, in pieces (None: no prefixes).
         decode: the search (rows, length limit, alignments).
-        rerun: hypotheses per sentence the caller re-runs the model over (an attention view: 1);
-            with ``decode.alignment``, at least ``nbest``.
+        rerun: hypotheses per sentence the caller re-runs the model over besides the search's
+            own alignments (an attention view, the words' probabilities: 1 each); with
+            ``decode.alignment``, ``nbest`` more.
         source_words: each sentence's words, which masking alignments mask one at a time
             (None: at most one per piece).
     """
@@ -79,7 +82,7 @@ def search_cost(
     src = torch.tensor(source_lengths)  # (B,)
     limits = length_limits(src, decode.max_len_a, decode.max_len_b, max_positions, room)  # (B,)
     encoder_rows = decode.nbest if decode.sampling else 1  # sampling repeats the source
-    rerun = max(rerun, decode.nbest if decode.alignment else 0)
+    rerun = rerun + (decode.nbest if decode.alignment else 0)
     if decode.alignment and decode.alignment_method == "masking":
         # once more per source word and once unmasked: at most once per source id (pieces + EOS)
         masked = src if source_words is None else torch.tensor(source_words) + 1  # (B,)

@@ -17,6 +17,7 @@ from ..data.batching import encode_source
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..inference.engine import TorchEngine
+from ..inference.search import Stopped
 from ..inference.translate import translate
 from ..model.base import AttentionMaps, EncoderDecoder
 from ..vocab import BOS_ID
@@ -41,13 +42,16 @@ def inspect_sentence(
     sentence: str,
     decode: DecodeConfig,
     prefix: str | None = None,
+    stopped: Stopped | None = None,
 ) -> Inspection:
     """Translates ``sentence`` (starting with ``prefix``, if given) and re-runs the model on
-    (source, <s> + translation) to collect the attention weights of every layer and head."""
+    (source, <s> + translation) to collect the attention weights of every layer and head;
+    ``stopped(0)``: nobody waits for it any more (the search ends at its next step)."""
     if not sentence.strip():
         raise UserError("the sentence to inspect is empty")
     prefixes = [prefix] if prefix else None
-    best = translate(model, tokenizers, [sentence], replace(decode, nbest=1), prefixes).nbest[0][0]
+    best = translate(model, tokenizers, [sentence], replace(decode, nbest=1), prefixes,
+                     stopped).nbest[0][0]  # fmt: skip
     src_ids = encode_source(tokenizers.src.encode(sentence))[: model.config.max_positions]
     tgt_ids = [BOS_ID, *best.tokens]
     device = next(model.parameters()).device  # the ids go where the weights are (a GPU too)

@@ -17,6 +17,7 @@ from ..config import DecodeConfig
 from ..errors import UserError
 from ..files import check_output, write_bytes
 from ..inference.engine import TorchEngine
+from ..inference.search import Stopped
 from ..model_dir.layout import model_dir_of
 from .step_view import step_view
 from .trace import trace_sentence
@@ -53,9 +54,13 @@ def model_facts(engine: TorchEngine) -> dict:
     return {**asdict(config), "d_head": config.d_head, "parameters": engine.parameters}
 
 
-def engine_view(engine: TorchEngine, sentence: str, decode: DecodeConfig | None = None) -> dict:
-    """The step-through data of ``sentence`` through ``engine``'s model (what serve sends)."""
-    return step_view(trace_sentence(engine, sentence, decode), model_facts(engine))
+def engine_view(
+    engine: TorchEngine, sentence: str, decode: DecodeConfig | None = None,
+    stopped: Stopped | None = None,
+) -> dict:  # fmt: skip
+    """The step-through data of ``sentence`` through ``engine``'s model (what serve sends);
+    ``stopped(0)``: nobody waits for it any more (the search ends at its next step)."""
+    return step_view(trace_sentence(engine, sentence, decode, stopped), model_facts(engine))
 
 
 def check_destination(out: Path, force: bool, model_dir: str | Path) -> None:

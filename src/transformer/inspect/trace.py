@@ -33,7 +33,7 @@ from ..errors import UserError
 from ..inference.beam import beam_search
 from ..inference.beam_tree import BeamTree
 from ..inference.engine import TorchEngine
-from ..inference.search import Hypothesis, evaluating, max_output_lengths
+from ..inference.search import Hypothesis, Stopped, evaluating, max_output_lengths
 from ..model.attention import MultiHeadAttention, attention_scores
 from ..model.layers import LayerNorm
 from ..model.masks import combined_mask, padding_mask
@@ -119,12 +119,17 @@ def check_sentence(sentence: str, ids: list[int], max_positions: int) -> None:
                         f"at most {max_positions} (max_positions); shorten it")  # fmt: skip
 
 
-def trace_sentence(engine: TorchEngine, sentence: str, decode: DecodeConfig | None = None) -> Trace:
+def trace_sentence(
+    engine: TorchEngine, sentence: str, decode: DecodeConfig | None = None,
+    stopped: Stopped | None = None,
+) -> Trace:  # fmt: skip
     """Translates ``sentence`` with beam search and records what the view shows.
 
     Args:
         engine: a torch engine (the model on its device, tokenizers, default search).
         decode: the search (default: the engine's); sampling is refused, beam 1 is greedy.
+        stopped: ``stopped(0)``: nobody waits for the view any more (the search ends at its
+            next step).
     """
     model, decode = engine.model, decode or engine.decode
     if not isinstance(model, Transformer):
@@ -139,7 +144,7 @@ def trace_sentence(engine: TorchEngine, sentence: str, decode: DecodeConfig | No
     src = torch.tensor([src_ids], device=device)  # (1, S)
     tree = BeamTree()
     with engine.precision(), evaluating(model):  # eval mode: no dropout in what is shown
-        nbest = beam_search(model, src, decode, recorder=tree)[0]
+        nbest = beam_search(model, src, decode, recorder=tree, stopped=stopped)[0]
         tgt_ids = [BOS_ID, *nbest[0].tokens]
         tgt = torch.tensor([tgt_ids], device=device)  # (1, T)
         with _recording(_watched(model)) as calls:

@@ -47,6 +47,7 @@ from ..inference.alignment import pharaoh
 from ..inference.cost import Cost, scoring_cost, translation_cost
 from ..inference.engine import Engine, TorchEngine
 from ..inference.glossary import Glossary
+from ..inference.search import Stopped
 from ..inference.translate import Translation
 from ..inspect.attention import inspect_sentence
 from ..inspect.step_page import PAGE as STEP_PAGE
@@ -168,7 +169,8 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
             body.flag_below, lambda job: _answer(served, job, request),
             lambda parts, search: served.batcher.translate(parts, search, body.prefix),
             served.batcher.call,
-            lambda parts, search: _check_search(served, parts, body.prefix, search),
+            lambda parts, search, rerun: _check_search(served, parts, body.prefix, search,
+                                                       rerun),
             markup,
         )  # fmt: skip
         return TranslateResponse(translations=[SentenceTranslation(**f) for f in found],
@@ -210,7 +212,7 @@ async def score(body: ScoreRequest, request: Request) -> ScoreResponse:
     _check_cost(served, cost, "send fewer or shorter pairs")
     decode = search(served.default, **search_options(body))
     found = await _answer(served, lambda: served.batcher.call(
-        lambda: engine.score(body.sources, body.targets, decode)), request)  # fmt: skip
+        lambda _: engine.score(body.sources, body.targets, decode)), request)  # fmt: skip
     cut = set(found.truncated)
     scores = [PairScore(log_prob=_finite(p.log_prob), per_token=_finite(p.per_token),
                         score=_finite(p.penalised), tokens=p.tokens, truncated=i in cut)
@@ -236,10 +238,10 @@ async def attention(body: AttentionRequest, request: Request) -> AttentionRespon
     check_prefixes(served.engine, served.max_positions, prefixes, 1)
     _check_search(served, [body.sentence], prefixes, decode, rerun=1)
 
-    def inspect() -> dict:
+    def inspect(stopped: Stopped) -> dict:
         with torch.inference_mode(), engine.precision():
             seen = inspect_sentence(engine.model, engine.tokenizers, body.sentence, decode,
-                                    body.prefix)  # fmt: skip
+                                    body.prefix, stopped)  # fmt: skip
         # Rounded in float64: a float32 0.0001 would reach the JSON as 9.999999747378752e-05.
         weights = [layer.cross_attention[0].double() for layer in seen.maps.decoder]
         return {"translation": seen.translation, "source_tokens": seen.src_labels,
@@ -266,7 +268,9 @@ async def step_through(body: StepThroughRequest, request: Request) -> StepThroug
     _check_search(served, [body.sentence], None, decode, rerun=1)
     view = await _answer(
         served,
-        lambda: served.batcher.call(lambda: engine_view(engine, body.sentence, decode)),
+        lambda: served.batcher.call(
+            lambda stopped: engine_view(engine, body.sentence, decode, stopped)
+        ),
         request,
     )
     ms = (time.perf_counter() - start) * 1000

@@ -10,13 +10,14 @@ gives each job its own translations, in its own order.
 
 Only the worker touches the model, so inference never runs concurrently on shared state (the
 key/value caches, autocast, torch's threads, or CTranslate2's model). Other work on the
-model (attention maps) goes through the same queue, as a job of its own (``call``).
+model (attention maps, the step-through view, scores) goes through the same queue, as a job of
+its own (``call``), which is given the same ``stopped`` as a translation for its searches.
 
 A job whose caller has gone (its client disconnected, or its request timed out) is
 ``abandon``-ed: taken out of the queue if the worker has not reached it, else its sentences stop
 being decoded at the search's next step (``stopped``, inference/search.py; the ctranslate2
-engine cannot stop a call half-way and finishes it). ``close`` stops taking jobs, finishes every
-job already queued, and ends the worker.
+engine cannot stop a call half-way and finishes it), and what is left of it answers nobody.
+``close`` stops taking jobs, finishes every job already queued, and ends the worker.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 from ..config import DecodeConfig
 from ..inference.engine import Engine
 from ..inference.glossary import Glossary
+from ..inference.search import Stopped
 from ..inference.translate import TranslationResult
 
 log = logging.getLogger(__name__)
@@ -62,8 +64,12 @@ class _Job:
     prefixes: list[str] | None = None  # one per sentence, or None
     glossary: Glossary | None = None  # terms its translations must contain
     future: Future = field(default_factory=Future)
-    call: Callable[[], Any] | None = None
+    call: Callable[[Stopped], Any] | None = None
     abandoned: bool = False  # its caller has gone: stop decoding its sentences
+
+    def stopped(self, i: int) -> bool:
+        """Whether nobody waits for sentence ``i`` of a call's search: its caller has gone."""
+        return self.abandoned
 
 
 class Batcher:
@@ -104,8 +110,9 @@ class Batcher:
         tokens = sum(len(encode(s)) + 1 for s in sentences)  # + EOS
         return self._submit(_Job(list(sentences), decode, tokens, prefixes, glossary))
 
-    def call(self, function: Callable[[], Any]) -> Future:
-        """Runs ``function`` on the worker (alone, in queue order); the Future gets its result."""
+    def call(self, function: Callable[[Stopped], Any]) -> Future:
+        """Runs ``function(stopped)`` on the worker (alone, in queue order), ``stopped`` telling
+        its searches when its caller has gone; the Future gets its result."""
         return self._submit(_Job([""], None, 0, call=function))
 
     def abandon(self, future: Future) -> None:
@@ -161,7 +168,7 @@ class Batcher:
             live = [job for job in jobs if job.future.set_running_or_notify_cancel()]
             for job in live:
                 if job.call is not None:
-                    _settle(job.future, job.call)
+                    _settle(job)
             by_settings: dict[tuple[DecodeConfig, Glossary | None], list[_Job]] = {}
             for job in live:
                 if job.decode is not None:
@@ -224,9 +231,15 @@ class Batcher:
             start = end
 
 
-def _settle(future: Future, function: Callable[[], Any]) -> None:
-    """``future`` gets what ``function`` returns, or what it raises."""
+def _settle(job: _Job) -> None:
+    """A call's future gets what it returns, or what it raises; nothing once its caller has
+    gone (a search cut short may leave nothing to return, and no one would hear of it)."""
     try:
-        future.set_result(function())
+        result = job.call(job.stopped)  # type: ignore[misc]
     except Exception as error:
-        future.set_exception(error)
+        if job.abandoned:
+            job.future.set_result(None)
+        else:
+            job.future.set_exception(error)
+    else:
+        job.future.set_result(None if job.abandoned else result)

@@ -13,7 +13,7 @@ number given as a string, or an unknown field, is an error naming it.
 from dataclasses import dataclass, fields
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ..config import DecodeConfig
 from ..config.checks import range_of
@@ -22,6 +22,20 @@ from .records import PARAGRAPHS, PLAIN_TEXT, WORDS, ParagraphRecord, WordProb
 
 STRICT = ConfigDict(strict=True, extra="forbid")
 MAX_TERMS = 1000  # glossary terms per request
+
+
+def _unicode(text: str) -> str:
+    """``text``, if it is Unicode: JSON may escape a lone surrogate (``\\ud800``), which is no
+    character, so no tokenizer can read it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"holds a lone surrogate (at character {error.start}), which is not "
+                         "a Unicode character") from None  # fmt: skip
+    return text
+
+
+Text = Annotated[str, AfterValidator(_unicode)]  # every text a request sends
 
 
 class ErrorBody(BaseModel):
@@ -172,8 +186,8 @@ class BeamSearchOptions(BaseModel):
 
 
 class TranslateRequest(BeamSearchOptions):
-    sentences: list[str] = Field(min_length=1, description="one or more sentences")
-    prefix: list[str] | None = Field(
+    sentences: list[Text] = Field(min_length=1, description="one or more sentences")
+    prefix: list[Text] | None = Field(
         None, description="one target prefix per sentence, in order ('' for none): each "
         "translation starts with it, and its log-probability counts in the score"
     )  # fmt: skip
@@ -202,7 +216,7 @@ class TranslateRequest(BeamSearchOptions):
     flag_below: float | None = Field(None, gt=0, le=1, allow_inf_nan=False,
                                      description="mark the words less likely than this as "
                                      "[[word]] in the text")  # fmt: skip
-    glossary: list[Annotated[list[str], Field(min_length=2, max_length=2)]] | None = Field(
+    glossary: list[Annotated[list[Text], Field(min_length=2, max_length=2)]] | None = Field(
         None, max_length=MAX_TERMS, description="terms to enforce, [source, target] pairs: a "
         "sentence holding a source term (on word boundaries) gets its target term (constrained "
         "beam search; torch engine only)"
@@ -210,20 +224,20 @@ class TranslateRequest(BeamSearchOptions):
 
 
 class AttentionRequest(BeamSearchOptions):
-    sentence: str = Field(min_length=1)
-    prefix: str | None = Field(None, description="the translation's start ('' none)")
+    sentence: Text = Field(min_length=1)
+    prefix: Text | None = Field(None, description="the translation's start ('' none)")
 
 
 class StepThroughRequest(BeamSearchOptions):
     """One sentence to step through the model: /attention's fields and limits, no prefix."""
 
-    sentence: str = Field(min_length=1)
+    sentence: Text = Field(min_length=1)
 
 
 class ScoreRequest(BaseModel):
     model_config = STRICT
-    sources: list[str] = Field(min_length=1, description="source sentences")
-    targets: list[str] = Field(min_length=1, description="their translations, in order")
+    sources: list[Text] = Field(min_length=1, description="source sentences")
+    targets: list[Text] = Field(min_length=1, description="their translations, in order")
     length_penalty: float | None = _search_option("length_penalty", **_FLOAT)
 
 

@@ -22,6 +22,7 @@ from ..errors import UserError
 from ..inference.confidence import confidences
 from ..inference.engine import Engine
 from ..inference.markup import MarkupError
+from ..inference.search import Stopped
 from ..inference.texts import TextOut, aligned, check_options, plan_for, put_back, record
 from .errors import ApiError
 
@@ -48,14 +49,15 @@ async def translate_texts_request(
     flag_below: float | None,
     queue: Callable[[Callable[[], Future]], Awaitable[Any]],
     translate_job: Callable[[list[str], DecodeConfig], Future],
-    call_job: Callable[[Callable[[], Any]], Future],
-    check_cost: Callable[[list[str], DecodeConfig], None],
+    call_job: Callable[[Callable[[Stopped], Any]], Future],
+    check_cost: Callable[[list[str], DecodeConfig, int], None],
     markup: str = "text",
 ) -> tuple[list[dict], int]:
     """The texts translated (``put_back``) as dicts of SentenceTranslation's fields, and the
     batch's sentence count. ``queue(job)`` waits for a job (app.py's ``answer``);
     ``translate_job(parts, search)`` and ``call_job(function)`` make one (the batcher's);
-    ``check_cost(parts, search)`` refuses what is over the server's budget."""
+    ``check_cost(parts, search, rerun)`` refuses what is over the server's budget, ``rerun``
+    being the passes over each translation after the search (the words' probabilities)."""
     check_request(decode, document, jsonl, flag_below is not None, prefixes, markup)
     try:
         p = plan_for(engine, texts, document, markup)
@@ -63,13 +65,14 @@ async def translate_texts_request(
         raise ApiError(422, "invalid_request", f"sentences.{error.text}: line {error.line}: "
                        f"{error.reason}") from None  # fmt: skip
     search = aligned(p, decode, engine.name)  # markup asks for alignments: they cost passes
-    check_cost(p.parts, search)
+    scored = jsonl or flag_below is not None  # the words' probabilities: one pass more
+    check_cost(p.parts, search, int(scored))
     batched = await queue(lambda: translate_job(p.parts, search))
     found = None
-    if jsonl or flag_below is not None:
+    if scored:
         tokens = [o[0].tokens if o else [] for o in batched.result.nbest]
         found = await queue(lambda: call_job(
-            lambda: confidences(engine, engine.tokenizers, p.parts, tokens)))  # fmt: skip
+            lambda _: confidences(engine, engine.tokenizers, p.parts, tokens)))  # fmt: skip
     outs = put_back(p, batched.result, found, flag_below, decode.alignment)
     return [_fields(t, jsonl) for t in outs], batched.batch_sentences
 
