@@ -3,6 +3,8 @@ same texts and fields as the command line's, and 422 for what cannot be done."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from transformer.inference.texts import record, translate_texts
@@ -76,3 +78,34 @@ def test_what_cannot_be_done_is_422(torch_engine, body, words):
     with client_for(torch_engine) as client:
         response = client.post("/translate", json={"sentences": ["twelve"], **body})
     assert_error(response, 422, "invalid_request", *words)
+
+
+def test_health_is_answered_while_a_documents_sentences_are_being_found(torch_engine, monkeypatch):
+    """Cutting texts into sentences and reading markup (up to a second for the largest request)
+    run off the event loop: a request that arrives meanwhile is answered at once."""
+    import threading
+
+    from transformer.serve import texts
+
+    planning, health_answered = threading.Event(), threading.Event()
+    real = texts.plan_for
+
+    def slow_plan(*args, **kwargs):
+        planning.set()
+        health_answered.wait(timeout=10)  # on the event loop, /health could not be answered
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(texts, "plan_for", slow_plan)
+    with client_for(torch_engine) as client:
+        answers = []
+        document = threading.Thread(target=lambda: answers.append(client.post(
+            "/translate", json={"sentences": [DOCUMENT], "document": True})))  # fmt: skip
+        document.start()
+        assert planning.wait(timeout=10)
+        start = time.perf_counter()
+        health = client.get("/health")
+        waited = time.perf_counter() - start
+        health_answered.set()
+        document.join(timeout=30)
+    assert health.status_code == 200 and waited < 5, f"/health waited {waited:.1f} s"
+    assert answers and answers[0].status_code == 200

@@ -12,9 +12,10 @@ probabilities. The answer has the usual fields, plus, with ``jsonl``, ``log_prob
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ..config import DecodeConfig
@@ -25,6 +26,12 @@ from ..inference.markup import MarkupError
 from ..inference.search import Stopped
 from ..inference.texts import TextOut, aligned, check_options, plan_for, put_back, record
 from .errors import ApiError
+
+# Cutting texts into sentences (pysbd) and reading markup take up to a second for the largest
+# request the default limits admit: done on the event loop, every other request (/health too)
+# would wait. One thread of its own, because pysbd's segmenter keeps the text it is cutting
+# on itself, so that two texts at once on one segmenter would mix.
+PLANNER = ThreadPoolExecutor(1, thread_name_prefix="transformer-plan")
 
 
 def check_request(decode: DecodeConfig, document: bool, jsonl: bool, flag: bool,
@@ -60,7 +67,9 @@ async def translate_texts_request(
     being the passes over each translation after the search (the words' probabilities)."""
     check_request(decode, document, jsonl, flag_below is not None, prefixes, markup)
     try:
-        p = plan_for(engine, texts, document, markup)
+        p = await asyncio.get_running_loop().run_in_executor(
+            PLANNER, plan_for, engine, texts, document, markup
+        )
     except MarkupError as error:
         raise ApiError(422, "invalid_request", f"sentences.{error.text}: line {error.line}: "
                        f"{error.reason}") from None  # fmt: skip
