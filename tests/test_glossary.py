@@ -297,6 +297,29 @@ def test_a_request_glossary_forces_its_terms_and_a_bad_one_is_422(torch_engine):
         assert three.status_code == 422
 
 
+def test_a_request_glossary_may_hold_more_terms_than_sentences_each_within_max_chars(
+    torch_engine,
+):
+    """A glossary's terms are counted against the schema's MAX_TERMS, not against
+    ``serve.max_sentences``, and each term against ``serve.max_chars``, like every text."""
+    pytest.importorskip("fastapi")
+    from transformer.serve.schema import MAX_TERMS
+
+    words = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+    terms = [[f"{a}-{b}", "sept"] for a in words for b in words][:80]  # 80 distinct terms
+    with client_for(torch_engine, max_sentences=4, max_chars=20) as client:
+        many = client.post("/translate", json={"sentences": ["one-two"], "glossary": terms})
+        assert many.status_code == 200, many.text
+        assert "sept" in many.json()["translations"][0]["text"]
+        long = client.post("/translate", json={"sentences": ["one"],
+                                               "glossary": [["one", "sept " * 5]]})  # fmt: skip
+        assert_error(long, 422, "invalid_request", "glossary.0.1", "serve.max_chars")
+        schema = client.get("/openapi.json").json()
+    glossary = schema["components"]["schemas"]["TranslateRequest"]["properties"]["glossary"]
+    assert glossary["anyOf"][0]["maxItems"] == MAX_TERMS
+    assert glossary["anyOf"][0]["items"]["items"]["maxLength"] == 20
+
+
 def test_a_response_names_the_terms_no_room_was_left_for(torch_engine):
     pytest.importorskip("fastapi")
     tgt, limit = torch_engine.tokenizers.tgt, torch_engine.model.config.max_positions - 1

@@ -254,7 +254,8 @@ def search_options(body: BaseModel) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Limits:
     """What one server allows beyond DecodeConfig's ranges: texts per request and characters per
-    text (``serve.max_sentences``, ``serve.max_chars``), and the numbers in ``most``."""
+    text (``serve.max_sentences``, ``serve.max_chars``; a glossary's terms have ``MAX_TERMS``
+    and the characters per text), and the numbers in ``most``."""
 
     sentences: int
     chars: int
@@ -273,13 +274,18 @@ class Limits:
         """What in ``body`` is over this server's limits, in one line naming the field and the
         setting (never echoing the text sent); None when nothing is."""
         for name, value in body:
-            texts = value if isinstance(value, list) else [value]
-            if isinstance(value, list) and len(value) > self.sentences:
-                return (f"{name}: {len(value)} items; this server takes at most "
-                        f"{self.sentences} (serve.max_sentences)")  # fmt: skip
-            for i, text in enumerate(texts):
+            if name == "glossary":  # pairs of terms, as many as the schema's MAX_TERMS
+                texts = {f"{name}.{i}.{j}": term for i, pair in enumerate(value or [])
+                         for j, term in enumerate(pair)}  # fmt: skip
+            elif isinstance(value, list):
+                if len(value) > self.sentences:
+                    return (f"{name}: {len(value)} items; this server takes at most "
+                            f"{self.sentences} (serve.max_sentences)")  # fmt: skip
+                texts = {f"{name}.{i}": text for i, text in enumerate(value)}
+            else:
+                texts = {name: value}
+            for where, text in texts.items():
                 if isinstance(text, str) and len(text) > self.chars:
-                    where = f"{name}.{i}" if isinstance(value, list) else name
                     return (f"{where}: {len(text)} characters; this server takes at most "
                             f"{self.chars} characters (serve.max_chars)")  # fmt: skip
             if name in self.most and value is not None and value > self.most[name][0]:
@@ -293,7 +299,9 @@ class Limits:
         for request in REQUESTS:
             for name, field in parts.get(request.__name__, {}).get("properties", {}).items():
                 shape = field.get("anyOf", [field])[0]  # an optional field's non-null type
-                if shape.get("type") == "array":
+                if shape.get("type") == "array" and name == "glossary":
+                    shape = shape["items"]["items"]  # each term; their number is MAX_TERMS
+                elif shape.get("type") == "array":
                     shape["maxItems"] = self.sentences
                     shape = shape["items"]
                 if shape.get("type") == "string":
