@@ -82,6 +82,14 @@ def test_a_text_file_holding_a_nul_byte_is_refused_by_every_reader(home, command
     refused(home, args, "nul.txt", "line 2", "NUL byte")
 
 
+def test_attention_refuses_a_sentence_longer_than_the_models_positions(home):
+    """It drew the attention of the sentence cut to the model's positions, without a word, and
+    took hours over 82 figures of that size; explain refused the same sentence."""
+    line = refused(home, ["attention", str(home / "M"), "one " * 600, "--out", str(home / "A")],
+                   "tokens", "max_positions", "shorten it")  # fmt: skip
+    assert not (home / "A").exists(), line
+
+
 # ------------------------------------------------------------------- D1: section config files
 @pytest.mark.slow
 def test_a_section_file_is_read_with_the_checks_of_config(home):
