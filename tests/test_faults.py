@@ -270,6 +270,21 @@ def test_non_finite_training_options_are_refused(tmp_path, option):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(("option", "value", "field"), [
+    ("--seed", str(2**63), "seed"),  # a traceback from torch's generator, the run begun
+    ("--split_seed", str(2**64), "split_seed"),
+    ("--seed", "-1", "seed"),
+    ("--vocab_size", str(2**63), "vocab_size"),  # a traceback from SentencePiece
+    ("--vocab_size", "1048577", "vocab_size"),  # more than a model's vocabulary may hold
+    ("--bleu_sentences", "-1", "bleu_sentences"),  # it decoded all but the last sentence
+])  # fmt: skip
+def test_a_seed_or_size_beyond_its_range_is_refused_before_training(tmp_path, option, value,
+                                                                     field):  # fmt: skip
+    result = cli("train", "--out", str(tmp_path / "run"), *TINY, "--max_steps", "1", option, value)
+    one_line_error(result, 2, field, value)
+    assert not (tmp_path / "run").exists()
+
+
 # -------------------------------------------------------------------------- signals
 def _wait_for_rows(path: Path, rows: int, timeout: float = 120) -> None:
     end = time.time() + timeout

@@ -241,6 +241,28 @@ def test_yaml_nested_too_deep_is_one_line(home, text):
     refused(home, args, "c.yaml", TOO_DEEP)
 
 
+def _alias_bomb(key: str, indent: str = "") -> str:
+    """YAML of ``key``: a list of 10 anchors, each a list of nine aliases of the one before:
+    9^10 strings once expanded, from 500 bytes (the "billion laughs")."""
+    lines = [f"{indent}{key}:", f'{indent}  - &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"{indent}  - &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("flag", "text"), [
+    ("--config", _alias_bomb("bombs")),  # an unknown section, named after reading
+    ("--config", "data:\n" + _alias_bomb("src_lang", "  ")),  # a string's value
+    ("--decode", _alias_bomb("beam_size")),
+])  # fmt: skip
+def test_yaml_whose_aliases_expand_to_millions_of_values_is_one_line(home, flag, text):
+    (home / "c.yaml").write_text(text)
+    before = snapshot(home)
+    args = ["train", flag, str(home / "c.yaml"), "--out", str(home / "R"), "--quiet"]
+    result = cli_process(*args, timeout=120)  # it was a walk of 9^10 values, for hours
+    one_line_error(result, 2, "c.yaml", "more than 1,048,576 values")
+    assert snapshot(home) == before
+
+
 @pytest.mark.parametrize("key", list(SIZE_LIMITS))
 def test_every_size_has_a_documented_limit_that_is_refused_beyond(home, key):
     limit = SIZE_LIMITS[key]

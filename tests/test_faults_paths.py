@@ -65,6 +65,31 @@ def refused(
     return line
 
 
+# ------------------------------------------------------------------- text files holding NUL bytes
+@pytest.mark.parametrize(("command", "flag"), [
+    ("translate", "--prefix"), ("score", "--src"), ("score", "--ref"), ("evaluate", "--src"),
+    ("evaluate", "--ref"),
+])  # fmt: skip
+def test_a_text_file_holding_a_nul_byte_is_refused_by_every_reader(home, command, flag):
+    """Binary data can decode as UTF-8; ``--input`` refused it, the other text files were read
+    (a prefix of "twel\\0ve" forced "t ⁇ el ⁇ ve" on the translation)."""
+    (home / "nul.txt").write_bytes(b"douze\nqua\x00tre\n")
+    files = {"--input": "in.txt", "--src": "in.txt", "--ref": "ref.txt", flag: "nul.txt"}
+    names = ["--input", "--prefix"] if command == "translate" else ["--src", "--ref"]
+    args = [command, str(home / "M"), "-o", str(home / "out.txt")]
+    for name in names:
+        args += [name, str(home / files.get(name, "nul.txt"))]
+    refused(home, args, "nul.txt", "line 2", "NUL byte")
+
+
+def test_attention_refuses_a_sentence_longer_than_the_models_positions(home):
+    """It drew the attention of the sentence cut to the model's positions, without a word, and
+    took hours over 82 figures of that size; explain refused the same sentence."""
+    line = refused(home, ["attention", str(home / "M"), "one " * 600, "--out", str(home / "A")],
+                   "tokens", "max_positions", "shorten it")  # fmt: skip
+    assert not (home / "A").exists(), line
+
+
 # ------------------------------------------------------------------- D1: section config files
 @pytest.mark.slow
 def test_a_section_file_is_read_with_the_checks_of_config(home):

@@ -11,6 +11,9 @@ Whoever wrote them, the reader
   (``read_bytes``, which reads SentencePiece models too);
 - refuses nesting deeper than ``MAX_DEPTH``: 100,000 opening brackets were a ``RecursionError``
   in ``json.loads``; now any depth is one line;
+- refuses YAML holding more than ``MAX_YAML_VALUES`` values once its aliases are expanded: 500
+  bytes of anchors, each a list of nine aliases of the one before, are 9^10 values, which every
+  walk over the config (this reader's, a message's ``repr``) took hours over;
 - refuses a number that is not finite (``NaN``, ``Infinity``, ``1e999``);
 - returns the top level only when it is what the caller expects (an object, a list).
 
@@ -38,6 +41,7 @@ from .errors import UserError
 MAX_BYTES = 64 * 2**20  # JSON, SentencePiece models: a vocab.json of 250,000 pieces is 5 MB
 MAX_YAML_BYTES = 2**20  # a config file is a few kB; PyYAML reads 1 MiB in about 5 s here
 MAX_DEPTH = 32  # our files nest 3 levels deep, Hugging Face's config.json 3 or 4
+MAX_YAML_VALUES = 2**20  # 1 MiB of YAML holds fewer without aliases; a config holds ~100
 REQUIRED = object()  # ``typed``'s default: the key must be there
 
 _NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
@@ -116,17 +120,25 @@ def read_yaml(path: str | Path, name: str | None = None) -> Any:
         raise _too_deep(origin) from None
     except yaml.YAMLError as error:
         raise UserError(f"{origin}: not valid YAML: {str(error).splitlines()[0]}") from None
-    return checked(value if value is not None else {}, origin, object, finite=True)
+    value = value if value is not None else {}
+    return checked(value, origin, object, finite=True, most=MAX_YAML_VALUES)
 
 
-def checked(value: Any, origin: str, kind: type = object, finite: bool = True) -> Any:
+def checked(value: Any, origin: str, kind: type = object, finite: bool = True,
+            most: int | None = None) -> Any:  # fmt: skip
     """``value`` (parsed from ``origin``) if it nests at most ``MAX_DEPTH`` levels, holds only
-    finite numbers (with ``finite``) and its top level is a ``kind``; else a UserError.
+    finite numbers (with ``finite``), at most ``most`` values (a YAML alias counted as often as
+    it is used), and its top level is a ``kind``; else a UserError.
 
     The walk uses a stack, not recursion, so no depth breaks it."""
     stack: list[tuple[Any, tuple]] = [(value, ())]
+    seen = 0
     while stack:
         node, where = stack.pop()
+        seen += 1
+        if most is not None and seen > most:
+            raise UserError(f"{origin} holds more than {most:,} values (counting each use of a "
+                            "YAML alias); it is not read")  # fmt: skip
         if isinstance(node, dict | list):
             if len(where) >= MAX_DEPTH:
                 raise _too_deep(origin, where[0])

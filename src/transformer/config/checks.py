@@ -85,6 +85,20 @@ def check_positive(obj: object, *names: str) -> None:
             raise BadValue(f"{type(obj).__name__}.{name} must be a positive integer, got {value!r}")
 
 
+# numpy's range of seeds; torch's generator takes 64 bits, and the data order seed * 100,003
+MAX_SEED = 2**32 - 1
+
+
+def check_seeds(obj: object, *names: str) -> None:
+    """Every field named is an integer from 0 to ``MAX_SEED`` (2**63 was a traceback from
+    torch's generator, after the run had begun)."""
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_SEED:
+            raise BadValue(f"{type(obj).__name__}.{name} must be an integer from 0 to "
+                           f"{MAX_SEED:,}, got {value!r}")  # fmt: skip
+
+
 def check_probability(obj: object, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import BadValue
-from .checks import check_finite, check_positive, check_probability, check_types
+from .checks import (
+    check_finite,
+    check_positive,
+    check_probability,
+    check_seeds,
+    check_sizes,
+    check_types,
+)
+from .model import SIZE_LIMITS
 
 TOKENIZER_KINDS = ("bpe", "unigram")
 
@@ -39,13 +47,13 @@ class DataConfig:
     test_fraction: float = 0.02
     """Likewise for a test split (multi30k and numbers bring their own)."""
     split_seed: int = 1234
-    """Seed of the train / valid / test split."""
+    """Seed of the train / valid / test split; 0 to 4,294,967,295."""
     max_len: int = 128
     """Tokens per side; longer training pairs are filtered and counted."""
     tokenizer: str = "bpe"
     """SentencePiece model type: "bpe" or "unigram"."""
     vocab_size: int = 8000
-    """Per vocabulary (joint: for both languages)."""
+    """Per vocabulary (joint: for both languages); at most 1,048,576."""
     tokenizer_sample: int = 1_000_000
     """Pairs SentencePiece trains on at most, drawn at random (split_seed) from the training
     pairs: memory stays bounded however large the corpus."""
@@ -73,6 +81,8 @@ class DataConfig:
             )
         check_positive(self, "max_len", "vocab_size", "tokenizer_sample", "numbers_max",
                        "numbers_train")  # fmt: skip
+        check_sizes(self, {"vocab_size": SIZE_LIMITS["src_vocab_size"]})  # what a model holds
+        check_seeds(self, "split_seed")
         check_probability(self, "valid_fraction", "test_fraction")
         if not 0.0 < self.character_coverage <= 1.0:
             raise BadValue(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import BadValue
-from .checks import check_finite, check_positive, check_probability, check_types
+from .checks import check_finite, check_positive, check_probability, check_seeds, check_types
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class TrainConfig:
     accumulate: int = 1
     """Batches per optimiser update."""
     seed: int = 1
-    """Seed of initialisation, dropout and data order."""
+    """Seed of initialisation, dropout and data order; 0 to 4,294,967,295."""
     log_every: int = 50
     """Steps between log lines."""
     validate_every: int = 500
@@ -71,8 +71,9 @@ class TrainConfig:
             "validate_every", "save_every", "keep_checkpoints",
         )  # fmt: skip
         check_probability(self, "label_smoothing", "cooldown")
+        check_seeds(self, "seed")
         for name in ("peak_lr", "max_minutes", "weight_decay", "clip_norm", "max_epochs",
-                     "patience"):  # fmt: skip
+                     "patience", "bleu_sentences"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise BadValue(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         for name in ("lr_factor", "adam_eps"):

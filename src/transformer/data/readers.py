@@ -8,9 +8,10 @@ Two file formats:
   as .tsv/.txt or still inside its .zip. For a user's TSV column 1 is the source and column 2 the
   target; for the named tatoeba corpora the direction follows src_lang/tgt_lang.
 
-Every problem is a UserError naming the file and line. Pairs with an empty side are dropped and
-counted (``drop_empty``). Sentences are stripped of surrounding whitespace; nothing else is
-changed (tokenization and the max_len filter come later).
+Every problem (a line that is not UTF-8 or holds a NUL byte) is a UserError naming the file and
+line. Pairs with an empty side are dropped and counted (``drop_empty``). Sentences are stripped
+of surrounding whitespace; nothing else is changed (tokenization and the max_len filter come
+later).
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ def _check_file(path: Path) -> None:
 
 
 def _decoded(raw_lines: Iterable[bytes], name: str) -> Iterator[str]:
-    """Strict UTF-8 decoding line by line, so that an error can name its 1-based line."""
+    """Strict UTF-8 decoding line by line, so that an error can name its 1-based line; a NUL
+    byte is refused too: text never holds one, binary data does (and can decode as UTF-8)."""
     for number, raw in enumerate(raw_lines, 1):
+        if b"\0" in raw:
+            raise UserError(f"{name}: line {number} holds a NUL byte: binary data, not text")
         try:
             line = raw.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError as error:

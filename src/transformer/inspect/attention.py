@@ -22,6 +22,7 @@ from ..inference.translate import translate
 from ..model.base import AttentionMaps, EncoderDecoder
 from ..vocab import BOS_ID
 from .report import write_html_report
+from .trace import check_sentence
 from .visualize import save_positional_plots, write_attention_figures
 
 
@@ -74,6 +75,8 @@ def attention_job(
     (or one layer / head) and the positional-encoding plots into ``out``, and optionally the
     HTML report. Returns the lines to show."""
     model = engine.model
+    ids = encode_source(engine.tokenizers.src.encode(sentence))
+    check_sentence(sentence, ids, model.config.max_positions, "inspect")  # never cut short
     with engine.precision():
         seen = inspect_sentence(model, engine.tokenizers, sentence, engine.decode)
     files = write_attention_figures(seen.maps, seen.src_labels, seen.tgt_labels, out, layer, head,

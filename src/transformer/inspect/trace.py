@@ -109,11 +109,12 @@ class Trace:
     target_piece: Callable[[int], str]  # a target id's SentencePiece piece
 
 
-def check_sentence(sentence: str, ids: list[int], max_positions: int) -> None:
+def check_sentence(sentence: str, ids: list[int], max_positions: int, doing: str = "step through"
+                   ) -> None:  # fmt: skip
     """Refuses an empty sentence, or one with more tokens (pieces + </s>) than the model has
-    positions, in one line that names the numbers."""
+    positions, in one line that names the numbers (``doing``: what the command does with it)."""
     if not sentence.strip():
-        raise UserError("the sentence to step through is empty")
+        raise UserError(f"the sentence to {doing} is empty")
     if len(ids) > max_positions:
         raise UserError(f"the sentence has {len(ids)} tokens (pieces + </s>) and the model takes "
                         f"at most {max_positions} (max_positions); shorten it")  # fmt: skip
