@@ -274,12 +274,13 @@ def test_an_rnn_run_resumes_exactly(tmp_path):
 @pytest.mark.slow
 def test_the_commands_take_an_rnn_run(rnn_numbers_model, tmp_path, capsys):
     run = str(rnn_numbers_model)
-    code, said, err = cli(["attention", run, "seven hundred", "--out", str(tmp_path), "--html"],
+    figures = tmp_path / "attention"
+    code, said, err = cli(["attention", run, "seven hundred", "--out", str(figures), "--html"],
                           capsys)  # fmt: skip
     assert code == 0, err
-    drawn = sorted(p.name for p in tmp_path.glob("*.png"))
+    drawn = sorted(p.name for p in figures.glob("*.png"))
     assert drawn == ["cross_layer1_head1.png", "cross_layer1_mean.png"]  # α_ij, no self-attention
-    assert "RNN encoder-decoder" in (tmp_path / "report.html").read_text()
+    assert "RNN encoder-decoder" in (figures / "report.html").read_text()
     code, said, _ = cli(["info", "--architecture", "rnn", "--rnn_hidden", "32"], capsys)
     assert code == 0 and "bidirectional GRU" in said and "attention (bahdanau)" in said
     code, _, err = cli(["export", run, "--to", "ctranslate2", str(tmp_path / "ct2")], capsys)

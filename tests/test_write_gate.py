@@ -105,6 +105,34 @@ def test_compare_over_a_report_holding_the_users_notes_is_refused(home):
                    str(report / "x.txt")], "lies inside the report")  # fmt: skip
 
 
+def test_attention_never_overwrites_the_users_files_in_its_folder(home):
+    """``attention --out A`` writes a report folder, replaced whole: a folder of the user's
+    holding files of the names it writes (``report.html``, a figure) is refused and left as it
+    was; an earlier attention folder is replaced, but not once the user has put a file in it."""
+    mine = home / "A"
+    mine.mkdir()
+    (mine / "report.html").write_text("my report\n")
+    (mine / "cross_layer1_head1.png").write_bytes(b"my figure")
+    before = snapshot(home)
+    refused(
+        home,
+        ["attention", str(home / "M"), "twelve", "--out", str(mine), "--html"],
+        f"{mine} is not empty and holds no earlier report",
+        "nothing in it is replaced",
+    )
+    assert snapshot(home) == before
+    ours = home / "B"
+    assert cli("attention", str(home / "M"), "twelve", "--out", str(ours), "--html").code == 0
+    assert json.loads((ours / "transformer-report.json").read_text())["kind"] == "report"
+    again = cli("attention", str(home / "M"), "seven", "--out", str(ours), "--html")
+    assert again.code == 0, again.stderr  # an earlier one holding only its own files
+    assert "seven" in (ours / "report.html").read_text()
+    (ours / "notes.md").write_text("mine\n")
+    refused(home, ["attention", str(home / "M"), "twelve", "--out", str(ours)],
+            f"{ours} holds notes.md", "nothing in it is replaced")  # fmt: skip
+    assert (ours / "notes.md").read_text() == "mine\n"
+
+
 def test_compare_out_inside_a_run_is_refused(home):
     m = home / "M"
     step = sorted((m / "checkpoints").glob("step_*"))[-1]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from jsonargparse import ArgumentParser
 
 from ..errors import UserError
-from ..files import STDOUT, check_output
+from ..files import STDOUT, check_output, check_replaceable
 from ..serve.config import ServeConfig
 from .options import engine_options, model_options, runtime_of
 
@@ -213,7 +213,8 @@ def explain_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
 def attention_options(p: ArgumentParser) -> None:
     model_options(p)
     p.add_argument("sentence", help="the source sentence")
-    p.add_argument("--out", default="attention", help="output folder (not inside a model's)")
+    p.add_argument("--out", default="attention", help="the figures' folder: new, empty, or an "
+                   "earlier one of attention's or compare's (replaced whole)")  # fmt: skip
     p.add_argument("--layer", type=int, help="only this layer (counted from 1)")
     p.add_argument("--head", type=int, help="only this head (counted from 1)")
     p.add_argument("--html", action="store_true", help="also write a single-file HTML report")
@@ -223,7 +224,7 @@ def attention_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_torch_engine
     from ..inspect.attention import attention_job
 
-    check_output(ns.out, "--out", {"MODEL_DIR": ns.model_dir}, folder=True)
+    check_replaceable(ns.out, "report", "--out", {"MODEL_DIR": ns.model_dir})
     engine = load_torch_engine(ns.model_dir, ns.checkpoint, runtime_of(given),
                                **given.get("decode", {}))  # fmt: skip
     layer, head = (None if n is None else n - 1 for n in (ns.layer, ns.head))  # indices from 0

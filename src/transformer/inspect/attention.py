@@ -2,7 +2,9 @@
 
 ``inspect_sentence`` translates a sentence and re-runs the model on (source, <s> +
 translation) to collect the attention weights of every layer and head; ``attention_job`` draws
-them (and the positional-encoding plots) into a folder, with an optional HTML report.
+them (and the positional-encoding plots) into a folder, with an optional HTML report: a
+report folder (``transformer-report.json``), built aside and replaced whole, so that a file of
+the user's in it is never overwritten (``files.check_replaceable``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ..config import DecodeConfig
 from ..data.batching import encode_source
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
+from ..files import mark_folder, replace_folder
 from ..inference.engine import TorchEngine
 from ..inference.search import Stopped
 from ..inference.translate import translate
@@ -79,18 +82,19 @@ def attention_job(
     check_sentence(sentence, ids, model.config.max_positions, "inspect")  # never cut short
     with engine.precision():
         seen = inspect_sentence(model, engine.tokenizers, sentence, engine.decode)
-    files = write_attention_figures(seen.maps, seen.src_labels, seen.tgt_labels, out, layer, head,
-                                    progress=True)  # fmt: skip
-    if model.encodes_positions:
-        positions = min(model.config.max_positions, 100)
-        files += save_positional_plots(model.width, positions, out)
+    with replace_folder(out, "report", "--out", {}) as staging:  # replaced whole
+        files = write_attention_figures(seen.maps, seen.src_labels, seen.tgt_labels, staging,
+                                        layer, head, progress=True)  # fmt: skip
+        if model.encodes_positions:
+            positions = min(model.config.max_positions, 100)
+            files += save_positional_plots(model.width, positions, staging)
+        if html_report:
+            numbers = {"checkpoint": str(engine.path)}
+            write_html_report(staging / "report.html", seen.source, seen.translation, seen.maps,
+                              seen.src_labels, seen.tgt_labels, numbers)  # fmt: skip
+        mark_folder(staging, "report", format="attention")
     lines = [f"source:      {seen.source}", f"translation: {seen.translation}",
              f"wrote {len(files)} figures (PNG and SVG) to {out}"]  # fmt: skip
     if html_report:
-        numbers = {"checkpoint": str(engine.path)}
-        report = write_html_report(
-            out / "report.html", seen.source, seen.translation, seen.maps,
-            seen.src_labels, seen.tgt_labels, numbers,
-        )  # fmt: skip
-        lines.append(f"HTML report: {report}")
+        lines.append(f"HTML report: {out / 'report.html'}")
     return lines

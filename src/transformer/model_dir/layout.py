@@ -16,7 +16,7 @@ Every folder a command makes says what it is with a marker file, ``transformer-K
     run      ``train`` (its entries are replaced one by one, never the folder: runs.py)
     export   ``export``, any format              replaced whole by the next export into it
     import   ``import`` (another toolkit's model) replaced whole by the next import into it
-    report   ``compare``                         replaced whole by the next report into it
+    report   ``compare``, ``attention``          replaced whole by the next report into it
 
 A folder replaced whole lists in its marker every entry its command made (``files``): the next
 command of its kind replaces it only if it holds nothing else (``files.check_replaceable``).
