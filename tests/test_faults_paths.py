@@ -180,6 +180,14 @@ def test_an_output_that_is_not_a_regular_file_is_refused(home, kind, needle):
     assert os.lstat(target).st_mode == mode
 
 
+def test_an_output_that_ends_with_a_slash_is_refused(home):
+    """``-o new/`` names a folder: it made a file called ``new``."""
+    for output in (home / "new", home):
+        args = ["translate", str(home / "M"), "-i", str(home / "in.txt"), "-o", f"{output}/"]
+        refused(home, args, f"--output {output}/", "names a folder")
+    assert not (home / "new").exists()
+
+
 @pytest.mark.slow
 def test_a_link_to_a_file_is_written_through_and_stays_a_link(home):
     real, link = home / "real.txt", home / "link.txt"

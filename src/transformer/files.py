@@ -76,6 +76,8 @@ def check_output(
     if output is None or str(output) == STDOUT:
         return None
     given, what = Path(output), f"{flag} {output}"
+    if not folder and str(output).endswith(("/", os.sep)):  # Path() would drop the slash
+        raise UserError(f"{what} names a folder (it ends with '/'); choose a file")
     try:
         mode = os.stat(given).st_mode  # through links: /dev/stdout is the FIFO or terminal behind
     except FileNotFoundError:
