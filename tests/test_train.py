@@ -156,6 +156,25 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch
     assert torch.isfinite(load_checkpoint(tmp_path / "run", "last").model.output.weight).all()
 
 
+@pytest.mark.parametrize(
+    ("lr_factor", "message"),
+    [
+        ("1e45", "a weight is nan at step 1"),  # the update overflows float32
+        ("1e30", "the validation loss is nan at step 1"),  # finite weights, too large to use
+    ],
+)
+def test_an_update_that_ruins_the_weights_stops_training_before_they_are_saved(
+    tmp_path, lr_factor, message
+):
+    """The first loss and gradient norm are finite, the update that follows is not usable:
+    training stops at the validation and save point, and no checkpoint holds the weights."""
+    cfg = config("--max_steps", "1", "--save_every", "1", "--validate_every", "1",
+                 "--lr_factor", lr_factor)  # fmt: skip
+    with pytest.raises(UserError, match=f"{message}: training stopped; no checkpoint was saved"):
+        train(cfg, tmp_path / "run", progress=False)
+    assert not read_index(tmp_path / "run/checkpoints").get("last")
+
+
 def test_an_existing_run_is_not_overwritten_without_asking(tmp_path):
     cfg = config("--max_steps", "2")
     train(cfg, tmp_path / "run", progress=False)

@@ -1,16 +1,18 @@
-"""A non-finite loss or gradient norm stops training at once, naming its step and keeping the
-last good checkpoint, without reading anything back from the device on every step."""
+"""A non-finite loss, gradient norm or weight stops training at once, naming its step and keeping
+the last good checkpoint, without reading anything back from the device on every step."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..errors import UserError
 from ..model_dir.checkpoints import read_index
 from .distributed import World
+
+KINDS = {1: "loss", 2: "gradient norm", 3: "a weight"}
 
 
 class Divergence:
@@ -22,7 +24,7 @@ class Divergence:
     def __init__(self, device: torch.device, check_grad_norm: bool) -> None:
         self.check_grad_norm = check_grad_norm
         self.first = torch.zeros((), dtype=torch.long, device=device)  # 0: none yet
-        self.what = torch.zeros((), dtype=torch.long, device=device)  # 1: loss, 2: grad norm
+        self.what = torch.zeros((), dtype=torch.long, device=device)  # KINDS' index
         self.value = torch.zeros((), device=device)
 
     def _see(self, step: int, value: Tensor, kind: int) -> None:
@@ -38,6 +40,13 @@ class Divergence:
         if self.check_grad_norm:
             self._see(step, value, 2)
 
+    def weights(self, step: int, model: nn.Module) -> None:
+        """Watches the weights after ``step``'s update, read at validation and save points: an
+        update can make them infinite or NaN (a learning rate of 1e30) while the loss and the
+        gradient norm that led to it were finite."""
+        finite = torch.stack([p.detach().isfinite().all() for p in model.parameters()]).all()
+        self._see(step, torch.where(finite, 0.0, float("nan")).to(self.value.device), 3)
+
     def check(self, checkpoints: Path, world: World = World()) -> None:  # noqa: B008
         """Stops training (UserError) if a step went bad on any rank, naming the first such
         step and the last good checkpoint."""
@@ -45,7 +54,7 @@ class Divergence:
         bad = [s for s in seen if s[0]]
         if bad:
             step, what, value = min(bad)
-            diverged(step, f"{'loss' if what == 1 else 'gradient norm'} is {value}", checkpoints)
+            diverged(step, f"{KINDS[what]} is {value}", checkpoints)
 
 
 def diverged(step: int, what: str, checkpoints: Path) -> None:

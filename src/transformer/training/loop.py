@@ -23,6 +23,7 @@ happens at their intervals. A process that stops answering ends the job with one
 from __future__ import annotations
 
 import logging
+import math
 import random
 import shlex
 import signal
@@ -54,7 +55,7 @@ from ..model_dir.runs import Destination, RunDir
 from ..model_dir.weights import load_weights
 from .chunked_loss import TrainingLoss
 from .distributed import PeerLost, World, finish, init, shard, world_from_env
-from .divergence import Divergence
+from .divergence import Divergence, diverged
 from .loss import impossible_tokens
 from .metrics import Meter, MetricsLog, NoLog
 from .optimizer import clip_gradients, make_optimizer
@@ -327,10 +328,12 @@ def _validate(job: Job, p: Parts, console: Progress) -> bool:
     """Rank 0 validates and keeps the score (the best, patience); every rank learns whether it
     improved, which makes this step's checkpoint the best."""
     config, t, state, world = job.data.config, job.data.config.train, p.state, job.world
+    p.watch.weights(state.step, p.model)
     p.watch.check(job.out.current.checkpoints, world)
-    improved = False
+    improved, lost = False, None
     if world.main:
         validated = validate(p.model, job.data, config)
+        lost = None if math.isfinite(validated["valid_nll"]) else validated["valid_nll"]
         score = selection_score(validated, t.best_metric)
         improved = score >= state.best_score  # ties: the later checkpoint
         # Patience counts validations without a strictly better score (fairseq's --patience
@@ -347,13 +350,18 @@ def _validate(job: Job, p: Parts, console: Progress) -> bool:
             console.say(f"step {state.step}: no better {t.best_metric} in {t.patience} "
                         "validations; stopping early (train.patience)")  # fmt: skip
         p.model.train()
-    improved, state.stale_validations = world.broadcast((improved, state.stale_validations))
+    improved, state.stale_validations, lost = world.broadcast(
+        (improved, state.stale_validations, lost)
+    )
+    if lost is not None:  # weights grown too large to compute with, though finite
+        diverged(state.step, f"the validation loss is {lost}", job.out.current.checkpoints)
     return improved
 
 
 def _checkpoint(job: Job, p: Parts, is_best: bool) -> Path:
     """Saves this step's checkpoint (rank 0), points the index at it, prunes the oldest."""
     world, state, checkpoints = job.world, p.state, job.out.current.checkpoints
+    p.watch.weights(state.step, p.model)
     p.watch.check(checkpoints, world)  # never save weights a NaN has reached
     name = step_name(state.step)
     trainer = state.to_dict(p.optimizer, p.scaler, world)  # every rank's random state
