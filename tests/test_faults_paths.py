@@ -12,6 +12,7 @@ absurd thread counts (D8) and a closed standard input (D9).
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 import shutil
@@ -186,6 +187,40 @@ def test_an_output_that_ends_with_a_slash_is_refused(home):
         args = ["translate", str(home / "M"), "-i", str(home / "in.txt"), "-o", f"{output}/"]
         refused(home, args, f"--output {output}/", "names a folder")
     assert not (home / "new").exists()
+
+
+def test_a_folder_that_cannot_be_written_is_refused_before_the_work(home, monkeypatch):
+    """A read-only file system (simulated: the tests run as root, whom permissions never stop)
+    is refused when the command starts: ``evaluate`` translated the whole test set first."""
+    from transformer import files
+
+    locked = home / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(files.os, "access", lambda p, m: Path(p) != locked and real(p, m))
+    monkeypatch.chdir(locked)
+    for args in (["translate", str(home / "M"), "-i", str(home / "in.txt"), "-o",
+                  str(locked / "out.txt")],
+                 ["evaluate", str(home / "M"), "--src", str(home / "in.txt"), "--ref",
+                  str(home / "ref.txt"), "-o", str(locked / "out.txt")],
+                 ["attention", str(home / "M"), "twelve", "--out", str(locked / "A")]):  # fmt: skip
+        refused(home, args, f"the folder {locked} is not writable")
+
+
+def test_a_full_disk_names_the_output_not_its_temporary(home, monkeypatch):
+    from transformer import files
+
+    out = home / "out.txt"
+    out.write_text("yesterday\n")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.os, "fsync", full)
+    line = refused(home, ["translate", str(home / "M"), "-i", str(home / "in.txt"), "-o",
+                          str(out)], f"no space left on device while writing {out}")  # fmt: skip
+    assert "transformer-tmp" not in line
+    assert out.read_text() == "yesterday\n" and not [p for p in home.iterdir() if ".tmp" in p.name]
 
 
 @pytest.mark.slow

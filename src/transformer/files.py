@@ -96,6 +96,7 @@ def check_output(
                         f"command that made it writes: choose {flag} outside it")  # fmt: skip
     if not folder and not target.parent.is_dir():
         raise UserError(f"{what}: the folder {target.parent} does not exist")
+    _check_writable(target if folder and mode is not None else target.parent, what)
     if new_only and (mode is not None or given.is_symlink()):
         raise UserError(f"{what} exists; choose another file or add {new_only} to replace it")
     return target
@@ -126,6 +127,8 @@ def check_replaceable(
                         f"damage it: choose {flag} outside it")  # fmt: skip
     if path.exists() and not path.is_dir():
         raise UserError(f"{what} exists and is not a folder: choose another {flag}")
+    real = Path(os.path.realpath(path))  # a run is written in; the others are built beside it
+    _check_writable(real if kind == "run" and real.is_dir() else real.parent, what)
     found = kind_of(path)
     if found not in (None, kind):
         raise UserError(f"{what} is {describe_folder(path, found)}, not {_a(kind)}; nothing in "
@@ -141,6 +144,13 @@ def check_replaceable(
         raise UserError(f"{path} holds {', '.join(foreign)}, which the earlier {kind} did not "
                         f"make; nothing in it is replaced: move them out of it, or choose "
                         f"another {flag}")  # fmt: skip
+
+
+def _check_writable(folder: Path, what: str) -> None:
+    """Refuses a folder the command could not write in, before the work rather than after."""
+    if folder.is_dir() and not os.access(folder, os.W_OK):
+        raise UserError(f"{what}: the folder {folder} is not writable (a read-only file system, "
+                        "or its permissions): choose another")  # fmt: skip
 
 
 def _check_reads(target: Path, what: str, reads: Mapping[str, str | Path | None]) -> None:
@@ -196,7 +206,8 @@ def atomic_write(path: str | Path, mode: str = "w", owner: Path | None = None) -
 
     A link is written through (its target is replaced); anything but a regular file or a new
     name is refused. On any exception (including KeyboardInterrupt) the temporary file is
-    removed and ``path`` keeps its old content, if it had one.
+    removed and ``path`` keeps its old content, if it had one; an error of the file system
+    while writing (no space left, a read-only one) names ``path``, not the temporary file.
 
     Args:
         path: the destination.
@@ -219,6 +230,10 @@ def atomic_write(path: str | Path, mode: str = "w", owner: Path | None = None) -
             f.flush()
             os.fsync(f.fileno())
         os.replace(part, path)
+    except OSError as error:
+        if error.filename not in (None, str(part)):
+            raise  # another file's: an input read inside the block
+        raise OSError(error.errno, error.strerror, str(path)) from None  # the file meant
     finally:
         part.unlink(missing_ok=True)
     fsync_dir(path.parent)
