@@ -241,6 +241,17 @@ def test_yaml_nested_too_deep_is_one_line(home, text):
     refused(home, args, "c.yaml", TOO_DEEP)
 
 
+def test_yaml_that_gives_a_key_twice_is_one_line_naming_the_key(home):
+    """PyYAML keeps the last of two equal keys without a word: 6 steps where 5 were read."""
+    (home / "c.yaml").write_text("train:\n  max_steps: 5\n  max_steps: 6\n")
+    args = ["train", "--config", str(home / "c.yaml"), "--out", str(home / "R"), "--quiet"]
+    refused(home, args, "c.yaml", "the key 'max_steps' is given twice (line 3)")
+    (home / "m.yaml").write_text("base: &b {max_steps: 5}\ntrain:\n  <<: *b\n  max_steps: 6\n")
+    assert reading.read_yaml(home / "m.yaml")["train"] == {
+        "max_steps": 6
+    }  # a merged key may be given
+
+
 def _alias_bomb(key: str, indent: str = "") -> str:
     """YAML of ``key``: a list of 10 anchors, each a list of nine aliases of the one before:
     9^10 strings once expanded, from 500 bytes (the "billion laughs")."""

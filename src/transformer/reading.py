@@ -15,6 +15,7 @@ Whoever wrote them, the reader
   bytes of anchors, each a list of nine aliases of the one before, are 9^10 values, which every
   walk over the config (this reader's, a message's ``repr``) took hours over;
 - refuses a number that is not finite (``NaN``, ``Infinity``, ``1e999``);
+- refuses a YAML mapping that gives a key twice (PyYAML keeps the last one silently);
 - returns the top level only when it is what the caller expects (an object, a list).
 
 Its helpers take one value further: ``typed`` converts it to the type a config field has (an
@@ -107,13 +108,38 @@ def parse_json(data: bytes | str, origin: str, kind: type = dict, finite: bool =
     return checked(value, origin, kind, finite)
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """``safe_load``'s loader, refusing a key given twice in one mapping (``max_steps: 5`` and
+    ``max_steps: 6``: which one was meant?). Keys merged in by ``<<`` may be given again."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                twice = key in seen
+            except TypeError:  # unhashable: the constructor's own error names it
+                continue
+            if twice:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"the key {key!r} is given twice (line {key_node.start_mark.line + 1})",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml(path: str | Path, name: str | None = None) -> Any:
     """The value of a YAML file (``safe_load``: no objects), bounded as JSON is; an empty file is
     ``{}``. ``name``: the file as messages name it (default: ``path``)."""
     origin = name or str(path)
     data = read_bytes(path, MAX_YAML_BYTES)
     try:
-        value = yaml.safe_load(data.decode("utf-8"))
+        value = yaml.load(data.decode("utf-8"), Loader=_UniqueKeys)  # noqa: S506 (a SafeLoader)
     except UnicodeDecodeError as error:
         raise UserError(f"{origin} is not UTF-8 text (byte {error.start})") from None
     except RecursionError:
