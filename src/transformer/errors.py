@@ -4,6 +4,8 @@ The command line prints their message as a single line and exits with ``exit_cod
 must name the file, line or value at fault. Any other exception is a bug and shows as one.
 """
 
+import errno
+
 
 class UserError(Exception):
     """A problem with the user's input, explained in one line."""
@@ -38,3 +40,18 @@ class LostContact(UserError):
     killed, or a collective timed out)."""
 
     exit_code = 1
+
+
+def describe_os_error(error: OSError, what: str = "") -> str:
+    """One line for an OSError, e.g. "no space left on device while saving checkpoint ...".
+
+    Args:
+        what: what was being done ("saving checkpoint step_9 in DIR"); "" names the file only.
+    """
+    if error.errno == errno.ENOSPC:
+        where = what or (f"writing {error.filename}" if error.filename else "writing")
+        return f"no space left on device while {where}"
+    reason = error.strerror or str(error)
+    if what:
+        return f"{what} failed: {reason}" + (f" ({error.filename})" if error.filename else "")
+    return f"{error.filename}: {reason}" if error.filename else reason

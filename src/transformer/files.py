@@ -397,19 +397,3 @@ def exclusive_lock(path: Path, owner: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-# --------------------------------------------------------------------------------- errors
-def describe_os_error(error: OSError, what: str = "") -> str:
-    """One line for an OSError, e.g. "no space left on device while saving checkpoint ...".
-
-    Args:
-        what: what was being done ("saving checkpoint step_9 in DIR"); "" names the file only.
-    """
-    if error.errno == errno.ENOSPC:
-        where = what or (f"writing {error.filename}" if error.filename else "writing")
-        return f"no space left on device while {where}"
-    reason = error.strerror or str(error)
-    if what:
-        return f"{what} failed: {reason}" + (f" ({error.filename})" if error.filename else "")
-    return f"{error.filename}: {reason}" if error.filename else reason

@@ -26,8 +26,7 @@ from contextlib import contextmanager
 from jsonargparse import ArgumentParser, set_parsing_settings
 
 from ..config import RunConfig
-from ..errors import Terminated, UserError
-from ..files import describe_os_error
+from ..errors import Terminated, UserError, describe_os_error
 from .commands import COMMANDS
 from .help import command_help
 from .options import COMMAND_SECTIONS, parse, section_file_help

@@ -22,8 +22,8 @@ import torch
 from safetensors.torch import save
 
 from ..config import RunConfig, build_config
-from ..errors import UserError
-from ..files import built_aside, describe_os_error, remove_tree, write_bytes, write_json_atomic
+from ..errors import UserError, describe_os_error
+from ..files import built_aside, remove_tree, write_bytes, write_json_atomic
 from ..model.base import EncoderDecoder
 from ..model.build import build_model
 from ..reading import entry_in, read_json

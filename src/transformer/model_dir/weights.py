@@ -14,8 +14,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ..errors import UserError
-from ..files import describe_os_error
+from ..errors import UserError, describe_os_error
 from ..model.base import EncoderDecoder
 
 # The one tensor whose entries may be −inf: the output bias of a row that must never be produced
