@@ -223,6 +223,25 @@ def test_a_full_disk_names_the_output_not_its_temporary(home, monkeypatch):
     assert out.read_text() == "yesterday\n" and not [p for p in home.iterdir() if ".tmp" in p.name]
 
 
+def test_a_read_only_file_system_names_the_output_not_its_temporary(home, monkeypatch):
+    """The temporary beside the output is where the error happens (its name given as a path)."""
+    import builtins
+
+    from transformer import files
+
+    out, real = home / "out.txt", builtins.open
+
+    def read_only(file, mode="r", *args, **kwargs):
+        if "transformer-tmp" in str(file) and "x" in mode:
+            raise OSError(errno.EROFS, "Read-only file system", file)
+        return real(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(files, "open", read_only, raising=False)
+    line = refused(home, ["translate", str(home / "M"), "-i", str(home / "in.txt"), "-o",
+                          str(out)], f"{out}: Read-only file system")  # fmt: skip
+    assert "transformer-tmp" not in line
+
+
 @pytest.mark.slow
 def test_a_link_to_a_file_is_written_through_and_stays_a_link(home):
     real, link = home / "real.txt", home / "link.txt"

@@ -231,7 +231,7 @@ def atomic_write(path: str | Path, mode: str = "w", owner: Path | None = None) -
             os.fsync(f.fileno())
         os.replace(part, path)
     except OSError as error:
-        if error.filename not in (None, str(part)):
+        if error.filename is not None and str(error.filename) != str(part):
             raise  # another file's: an input read inside the block
         raise OSError(error.errno, error.strerror, str(path)) from None  # the file meant
     finally:
