@@ -57,16 +57,22 @@ def opened(path: Path) -> Iterator[Any]:
         raise UserError(f"{path} is damaged ({reason}); it cannot be loaded") from None
 
 
+def non_finite(tensor: torch.Tensor, name: str) -> torch.Tensor:
+    """Where the weight ``name`` holds a NaN or an infinity no model may hold (−inf is allowed
+    in an output bias, ``MAY_BE_MINUS_INF``; ``name`` may carry a wrapper's prefix): a bool
+    tensor of ``tensor``'s shape."""
+    bad = tensor.isnan() | (tensor == float("inf"))
+    return bad if name.endswith(MAY_BE_MINUS_INF) else bad | (tensor == float("-inf"))
+
+
 def check_weights_finite(tensor: torch.Tensor, name: str, path: Path) -> None:
     """A one-line UserError naming ``path`` and the tensor ``name`` if it holds a NaN or an
     infinity (−inf is allowed in an output bias, ``MAY_BE_MINUS_INF``, except in every entry):
     a search on such weights has no answer, and a training from them no gradient."""
     if not tensor.is_floating_point() or bool(tensor.isfinite().all()):
         return  # one pass for the weights of every model that loads
-    minus_inf_allowed = name in MAY_BE_MINUS_INF
-    bad = tensor.isnan() | (tensor == float("inf"))
-    if not minus_inf_allowed:
-        bad |= tensor == float("-inf")
+    minus_inf_allowed = name.endswith(MAY_BE_MINUS_INF)
+    bad = non_finite(tensor, name)
     count = int(bad.sum())
     if count:
         first = tensor.flatten()[bad.flatten().nonzero()[0]].item()

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from ..model_dir.checkpoints import read_index
-from ..model_dir.weights import MAY_BE_MINUS_INF
+from ..model_dir.weights import non_finite
 from .distributed import World
 
 KINDS = {1: "loss", 2: "gradient norm", 3: "a weight"}
@@ -45,8 +45,7 @@ class Divergence:
         """Watches the weights after ``step``'s update, read at validation and save points: an
         update can make them infinite or NaN (a learning rate of 1e30) while the loss and the
         gradient norm that led to it were finite."""
-        bad = [_ruined(p.detach(), name.endswith(MAY_BE_MINUS_INF))
-               for name, p in model.named_parameters()]  # fmt: skip
+        bad = [non_finite(p.detach(), name).any() for name, p in model.named_parameters()]
         self._see(step, torch.where(torch.stack(bad).any(), float("nan"), 0.0), 3)
 
     def check(self, checkpoints: Path, world: World = World()) -> None:  # noqa: B008
@@ -57,14 +56,6 @@ class Divergence:
         if bad:
             step, what, value = min(bad)
             diverged(step, f"{KINDS[what]} is {value}", checkpoints)
-
-
-def _ruined(weight: Tensor, minus_inf_allowed: bool) -> Tensor:
-    """Whether ``weight`` holds a NaN or an infinity (−inf allowed in an imported model's output
-    bias, as when it is read: ``weights.MAY_BE_MINUS_INF``), on its device: ()."""
-    if minus_inf_allowed:
-        return (weight.isnan() | (weight == float("inf"))).any()
-    return ~weight.isfinite().all()
 
 
 def diverged(step: int, what: str, checkpoints: Path) -> None:
