@@ -246,6 +246,36 @@ def test_data_errors_are_one_line_and_exit_2(tmp_path, capsys, files, message):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+@pytest.mark.parametrize("too_long", [False, True], ids=["none held out", "all too long"])
+def test_training_without_validation_pairs_is_refused(tmp_path, capsys, too_long):
+    """Without them the validation loss read 0.000 (perplexity 1.00), and chose the best
+    checkpoint; nothing of the run is written."""
+    src, tgt = reverse_files(tmp_path, 40, seed=0)
+    options = ["--valid_fraction", "0", "--test_fraction", "0"]
+    if too_long:
+        (tmp_path / "vs.txt").write_text("a b c d e f g h " * 8 + "\n")
+        (tmp_path / "vt.txt").write_text("h g f e d c b a " * 8 + "\n")
+        options = ["--valid_src", str(tmp_path / "vs.txt"), "--valid_tgt", str(tmp_path / "vt.txt"),
+                   "--max_len", "20"]  # fmt: skip
+    code, err = run_cli(["train", "--src", str(src), "--tgt", str(tgt), "--preset", "tiny",
+                         "--vocab_size", "20", "--max_steps", "2", "--out",
+                         str(tmp_path / "run"), "--quiet", *options], capsys)  # fmt: skip
+    assert code == 2 and err.count("\n") == 1, err
+    expected = ("every one (1) is longer than data.max_len=20" if too_long
+                else "the split is empty")  # fmt: skip
+    assert f"no validation pairs: {expected}" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_new_run_takes_its_first_step_whatever_its_time_limit(tmp_path):
+    """A limit of 1e-320 minutes ended the run at step 0, leaving a model folder without a
+    checkpoint and exit 0."""
+    result = train(config("--max_minutes", "1e-320"), tmp_path / "run", progress=False)
+    assert result.step == 1
+    assert read_index(tmp_path / "run" / "checkpoints")  # one checkpoint, which translates
+    load_checkpoint(tmp_path / "run", "last")
+
+
 def test_unknown_config_key_is_an_error(tmp_path, capsys):
     (tmp_path / "c.yaml").write_text("train:\n  max_stepz: 3\n")
     code, err = run_cli(

@@ -192,7 +192,9 @@ def run_job(job: Job) -> TrainResult:
     started = time.perf_counter() - state.elapsed
     p.model.train()
     with StopRequests() as stop:
-        while not (
+        # A new run takes its first step whatever its time limit: a run without a checkpoint
+        # would be no model at all.
+        while state.step == 0 or not (
             _finished(state.step, state.position, t, time.perf_counter() - started)
             or _out_of_patience(state, t)  # a resumed run that had stopped early stays stopped
         ):

@@ -140,6 +140,12 @@ def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
             "raise data.max_len (and model.max_positions)"
         )
     valid, kept = encode_pairs(splits.valid, tokenizers, max_len)
+    if not valid:  # its loss would read 0 (perplexity 1) and choose the best checkpoint
+        why = (f"every one ({len(splits.valid):,}) is longer than data.max_len={max_len} "
+               "tokens on one side" if splits.valid else "the split is empty")  # fmt: skip
+        raise UserError(f"no validation pairs: {why}; training measures its progress and keeps "
+                        "its best checkpoint by them (data.valid_fraction, data.valid_src and "
+                        "valid_tgt, or data.numbers_valid)")  # fmt: skip
     stats = {
         "source": splits.source,
         "train_pairs": train.kept,
