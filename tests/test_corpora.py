@@ -141,7 +141,9 @@ def test_numbers_corpus_with_only_small_numbers():
     [
         ({"tgt_lang": "es"}, "numbers corpus has languages .* got 'es'"),
         ({"src_lang": "fr", "tgt_lang": "fr"}, "both 'fr'"),
-        ({"numbers_valid": -1}, r"must be >= 0, got \[100000, -1, 1000\]"),
+        ({"numbers_valid": 0}, r"numbers_valid must be an integer from 1 to 10,000,000, got 0"),
+        ({"numbers_train": 2**63}, r"numbers_train must be an integer from 1 to 10,000,000"),
+        ({"numbers_test": -1}, r"numbers_test must be from 0 to 10,000,000, got -1"),
     ],
 )
 def test_numbers_corpus_bad_settings(fields, message):

@@ -16,6 +16,7 @@ from .checks import (
 from .model import SIZE_LIMITS
 
 TOKENIZER_KINDS = ("bpe", "unigram")
+NUMBERS_LIMIT = 10_000_000  # examples in a split of the numbers corpus: 100 times the default
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class DataConfig:
     numbers_max: int = 999_999
     """Numbers corpus: numbers are drawn from 0..numbers_max."""
     numbers_train: int = 100_000
-    """Numbers corpus: sizes of the disjoint splits."""
+    """Numbers corpus: training examples (drawn with replacement); at most 10,000,000."""
     numbers_valid: int = 1_000
     """Numbers corpus: size of the validation split."""
     numbers_test: int = 1_000
@@ -79,9 +80,12 @@ class DataConfig:
             raise BadValue(
                 f"DataConfig.tokenizer must be one of {TOKENIZER_KINDS}, got {self.tokenizer!r}"
             )
-        check_positive(self, "max_len", "vocab_size", "tokenizer_sample", "numbers_max",
-                       "numbers_train")  # fmt: skip
+        check_positive(self, "max_len", "vocab_size", "tokenizer_sample", "numbers_max")
         check_sizes(self, {"vocab_size": SIZE_LIMITS["src_vocab_size"]})  # what a model holds
+        check_sizes(self, {"numbers_train": NUMBERS_LIMIT, "numbers_valid": NUMBERS_LIMIT})
+        if not 0 <= self.numbers_test <= NUMBERS_LIMIT:
+            raise BadValue(f"DataConfig.numbers_test must be from 0 to {NUMBERS_LIMIT:,}, got "
+                           f"{self.numbers_test!r}")  # fmt: skip
         check_seeds(self, "split_seed")
         check_probability(self, "valid_fraction", "test_fraction")
         if not 0.0 < self.character_coverage <= 1.0:

@@ -123,8 +123,10 @@ class ModelConfig:
                 raise BadValue(
                     f"ModelConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}"
                 )
-        if self.layer_norm_eps <= 0:
-            raise BadValue(f"ModelConfig.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+        if not 0 < self.layer_norm_eps < 1:  # from 1 on it outweighs the variance it steadies
+            raise BadValue(
+                f"ModelConfig.layer_norm_eps must be > 0 and < 1, got {self.layer_norm_eps!r}"
+            )
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise BadValue(
                 "ModelConfig.share_embeddings needs src_vocab_size == tgt_vocab_size, got "

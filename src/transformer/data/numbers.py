@@ -178,9 +178,6 @@ def number_splits(data: DataConfig) -> NumberSplits:
     Args:
         data: numbers_max, numbers_train/valid/test and split_seed are used.
     """
-    sizes = [data.numbers_train, data.numbers_valid, data.numbers_test]
-    if min(sizes) < 0:
-        raise UserError(f"numbers_train/valid/test must be >= 0, got {sizes}")
     rng = random.Random(data.split_seed)
     classes = digit_classes(data.numbers_max)
     rooms = [int(c.size * HOLDOUT_SHARE) if c.held_out else c.size for c in classes]
