@@ -131,3 +131,30 @@ def test_resume_takes_the_saved_config_and_the_options_on_top(tmp_path):
     )
     resumed = config_from_args(["--out", str(tmp_path), "--resume", "--max_steps", "9"])
     assert resumed.model == ModelConfig.preset("tiny") and resumed.train.max_steps == 9
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (["train", "--out", ""], "--out"),
+        (["translate", "m", "-o", ""], "--output"),
+        (["translate", "m", "--input="], "--input"),
+        (["import", "", "x"], "SOURCE"),
+        (["export", "m", "", "--to", "ctranslate2"], "OUT"),
+    ],
+)
+def test_an_empty_value_is_refused_not_read_as_the_current_folder(
+    args, name, tmp_path, monkeypatch, capsys
+):
+    """``--out ""`` (a shell variable left unset) trained into the current folder, beside the
+    user's files."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(args, capsys)
+    assert code == 2 and err == f"transformer {args[0]}: error: {name} is empty: give it a value\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_config_key_may_still_be_empty(capsys):
+    ns, given = parse(build_parser("translate"), ["m", "--decode.target_language", ""],
+                      COMMANDS["translate"].sections)  # fmt: skip
+    assert given["decode"]["target_language"] == ""

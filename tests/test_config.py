@@ -48,6 +48,8 @@ def test_config_round_trips_through_a_dict():
         (["--d_model", "30"], "d_model"),
         (["--label_smoothing", "1.5"], "label_smoothing"),
         (["--nbest", "9"], "nbest"),
+        (["--max_steps", ""], "--train.max_steps must be int, got ''"),
+        (["--layer_norm_eps", "1e30"], r"layer_norm_eps must be > 0 and < 1, got 1e\+30"),
     ],
 )
 def test_bad_overrides_are_clear_errors(args, message):

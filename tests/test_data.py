@@ -57,6 +57,14 @@ def test_missing_file_is_named(tmp_path):
         read_parallel(write(tmp_path / "here.de", "a\n"), tmp_path / "nowhere.en")
 
 
+def test_a_link_in_a_loop_is_named_as_one(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(UserError, match=r"file not found: .*a \(a symbolic link to a missing "
+                       r"file, or in a loop\)"):  # fmt: skip
+        read_lines(tmp_path / "a")
+
+
 def test_corrupt_gzip_is_a_user_error(tmp_path):
     path = tmp_path / "fake.gz"
     path.write_text("not gzip")

@@ -67,6 +67,10 @@ def parse(
         everything = parser.parse_args(args).as_dict()
     except argparse.ArgumentError as error:
         raise UserError(one_line(str(error))) from None
+    empty = [key for key, value in given.items() if value == "" and key not in COMMAND_SECTIONS]
+    if empty:  # a shell variable left unset: as a path it would be the current folder
+        name = f"--{empty[0]}" if f"--{empty[0]}" in option_names(parser) else empty[0].upper()
+        raise UserError(f"{name} is empty: give it a value")
     config = {section: given[section] for section in COMMAND_SECTIONS if section in given}
     for section, path in files.items():  # the options given go on top of the file's keys
         config[section] = {**read_section(path, section, COMMAND_SECTIONS[section]),
@@ -129,7 +133,7 @@ def one_line(message: str) -> str:
     text = " ".join(message.split())
     # jsonargparse's message is the only place that names the key and the value it refused.
     wrong_type = re.match(
-        r'Parser key "(.+?)": Expected a <class \'(\w+)\'>\. Got value: (.*)', text
+        r'Parser key "(.+?)": Expected a <class \'(\w+)\'>\. Got value:\s?(.*)', text
     )
     if wrong_type:
         key, expected, value = wrong_type.groups()

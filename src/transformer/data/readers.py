@@ -30,7 +30,8 @@ Pair = tuple[str, str]
 
 def _check_file(path: Path) -> None:
     if not path.exists():
-        raise UserError(f"file not found: {path}")
+        broken = " (a symbolic link to a missing file, or in a loop)" if path.is_symlink() else ""
+        raise UserError(f"file not found: {path}{broken}")
     if not path.is_file():
         raise UserError(f"not a file: {path}")
 
