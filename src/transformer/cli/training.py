@@ -62,15 +62,15 @@ def train_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
         print(f"nothing to train: the run in {out} had {why} at step {result.step} (raise "
               "--max_steps, --max_epochs, --max_minutes or --patience to go on)")  # fmt: skip
     elif result.first_step:
-        print(f"trained {_steps(result.steps_here)} more (from step {result.first_step} to "
+        print(f"trained {_steps(result.steps_here, 'more ')} (from step {result.first_step} to "
               f"{result.step}){early}; model directory: {out}")  # fmt: skip
     else:
         print(f"trained {_steps(result.step)} in {result.seconds:.0f} s{early}; model directory: "
               f"{out}")  # fmt: skip
 
 
-def _steps(n: int) -> str:
-    return f"{n:,} step" if n == 1 else f"{n:,} steps"
+def _steps(n: int, more: str = "") -> str:
+    return f"{n:,} {more}step{'' if n == 1 else 's'}"
 
 
 def run_config(ns: argparse.Namespace, given: dict[str, dict]) -> tuple[RunConfig, Path]:
