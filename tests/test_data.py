@@ -1,6 +1,7 @@
 """File readers and splits: every format, every bad input as a clear error, reproducible splits."""
 
 import gzip
+import io
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from transformer.data import (
     read_lines,
     read_parallel,
     read_tsv_pairs,
+    readers,
     split_pairs,
 )
 from transformer.data.numbers import numbers_corpus
@@ -63,6 +65,27 @@ def test_a_link_in_a_loop_is_named_as_one(tmp_path):
     with pytest.raises(UserError, match=r"file not found: .*a \(a symbolic link to a missing "
                        r"file, or in a loop\)"):  # fmt: skip
         read_lines(tmp_path / "a")
+
+
+def test_a_line_without_end_is_read_no_further_than_the_bound(monkeypatch):
+    """An endless line (``/dev/zero``) is refused after its bound, not read into memory."""
+
+    class Endless(io.RawIOBase):
+        given = 0
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer) -> int:
+            buffer[:] = b"a" * len(buffer)
+            self.given += len(buffer)
+            return len(buffer)
+
+    monkeypatch.setattr(readers, "MAX_LINE_BYTES", 1000)
+    endless = Endless()
+    with pytest.raises(UserError, match=r"^zeros: line 1 is longer than 1,000 bytes: not a line"):
+        next(readers.decoded_lines(io.BufferedReader(endless, 256), "zeros"))
+    assert endless.given <= 1024 + 256
 
 
 def test_corrupt_gzip_is_a_user_error(tmp_path):

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from transformer.config import ModelConfig
+from transformer.data import readers
 from transformer.files import mark_folder
 from transformer.inspect.info import parameter_table
 from transformer.model import Transformer
@@ -81,6 +82,26 @@ def test_a_text_file_holding_a_nul_byte_is_refused_by_every_reader(home, command
     for name in names:
         args += [name, str(home / files.get(name, "nul.txt"))]
     refused(home, args, "nul.txt", "line 2", "NUL byte")
+
+
+@pytest.mark.parametrize("where", ["<stdin>", "<stdin> --document", "--input", "--prefix"])
+def test_a_line_longer_than_the_bound_is_refused(home, monkeypatch, where):
+    """``/dev/zero`` piped into translate was a MemoryError, and 300 MB on one line SentencePiece's
+    ``bad_alloc``: every reader of lines reads a line no further than its bound."""
+    monkeypatch.setattr(readers, "MAX_LINE_BYTES", 1000)
+    long = b"twelve\n" + b"one " * 300 + b"\n"
+    (home / "long.txt").write_bytes(long)
+    args = ["translate", str(home / "M"), "-o", str(home / "out.txt")]
+    stdin = long if where.startswith("<stdin>") else None
+    if where == "<stdin> --document":
+        args.append("--document")
+    elif where != "<stdin>":
+        args += ["--input", str(home / ("in.txt" if where == "--prefix" else "long.txt"))]
+        args += ["--prefix", str(home / "long.txt")] if where == "--prefix" else []
+    name = "<stdin>" if stdin else "long.txt"
+    before = snapshot(home)
+    one_line_error(cli(*args, stdin=stdin), 2, f"{name}: line 2 is longer than 1,000 bytes")
+    assert snapshot(home) == before
 
 
 def test_attention_refuses_a_sentence_longer_than_the_models_positions(home):

@@ -8,9 +8,10 @@ Two file formats:
   as .tsv/.txt or still inside its .zip. For a user's TSV column 1 is the source and column 2 the
   target; for the named tatoeba corpora the direction follows src_lang/tgt_lang.
 
-Every problem (a line that is not UTF-8 or holds a NUL byte) is a UserError naming the file and
-line. Pairs with an empty side are dropped and counted (``drop_empty``). Sentences are stripped
-of surrounding whitespace; nothing else is changed (tokenization and the max_len filter come
+Every problem (a line that is not UTF-8, holds a NUL byte or is longer than ``MAX_LINE_BYTES``)
+is a UserError naming the file and line; ``decoded_lines`` reads standard input the same way.
+Pairs with an empty side are dropped and counted (``drop_empty``). Sentences are stripped of
+surrounding whitespace; nothing else is changed (tokenization and the max_len filter come
 later).
 """
 
@@ -22,10 +23,12 @@ import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO
 
 from ..errors import UserError
 
 Pair = tuple[str, str]
+MAX_LINE_BYTES = 2**20  # 1 MiB: a sentence or a paragraph a line is far shorter
 
 
 def _check_file(path: Path) -> None:
@@ -36,10 +39,17 @@ def _check_file(path: Path) -> None:
         raise UserError(f"not a file: {path}")
 
 
-def _decoded(raw_lines: Iterable[bytes], name: str) -> Iterator[str]:
-    """Strict UTF-8 decoding line by line, so that an error can name its 1-based line; a NUL
-    byte is refused too: text never holds one, binary data does (and can decode as UTF-8)."""
-    for number, raw in enumerate(raw_lines, 1):
+def decoded_lines(stream: IO[bytes], name: str) -> Iterator[str]:
+    """The lines of a byte stream (a file, standard input, a member of a zip), decoded strictly
+    as UTF-8 one at a time, so that an error can name its 1-based line. Refused too: a NUL byte
+    (text never holds one, binary data does, and can decode as UTF-8), and a line longer than
+    ``MAX_LINE_BYTES``, read no further than that: ``/dev/zero`` piped in was a MemoryError,
+    and 300 MB on one line SentencePiece's ``bad_alloc``."""
+    bounded = iter(lambda: stream.readline(MAX_LINE_BYTES + 2), b"")  # + "\r\n"
+    for number, raw in enumerate(bounded, 1):
+        if len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+            raise UserError(f"{name}: line {number} is longer than {MAX_LINE_BYTES:,} bytes: not "
+                            "a line of text (a sentence, or a paragraph, a line)")  # fmt: skip
         if b"\0" in raw:
             raise UserError(f"{name}: line {number} holds a NUL byte: binary data, not text")
         try:
@@ -68,7 +78,7 @@ def iter_lines(path: str | Path) -> Iterator[str]:
     _check_file(path)
     try:
         with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
-            yield from _decoded(f, str(path))
+            yield from decoded_lines(f, str(path))
     except (OSError, EOFError, zlib.error) as error:
         raise UserError(f"{path}: cannot read: {error}") from None
 
@@ -128,7 +138,7 @@ def _tsv_lines(path: Path) -> Iterator[tuple[str, str]]:
             member = _zip_member(archive, path)
             name = f"{path}:{member}"
             with archive.open(member) as f:
-                for line in _decoded(f, name):
+                for line in decoded_lines(f, name):
                     yield line, name
     except (OSError, EOFError, zlib.error, zipfile.BadZipFile) as error:
         raise UserError(f"{path}: cannot read the zip: {error}") from None

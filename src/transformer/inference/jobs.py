@@ -21,7 +21,7 @@ from typing import IO
 
 from ..config import DecodeConfig
 from ..data.corpora import load_splits
-from ..data.readers import read_lines, read_parallel
+from ..data.readers import decoded_lines, read_lines, read_parallel
 from ..errors import UserError
 from ..files import STDOUT, atomic_write, check_output
 from .alignment import pharaoh
@@ -67,11 +67,10 @@ def translate_file(
         if prefix is not None:
             raise UserError("--prefix needs the sentences in a file (--input) or piped in")
         print("Type a sentence and press Enter (Ctrl-D to quit).", file=sys.stderr)
-        lines = _prompted_lines()
+        lines = without_nul(_prompted_lines(), "<stdin>")  # a NUL typed in: binary data
     else:
         assert stdin is not None, "standard_streams gives stdin when there is no input file"
-        lines = _stdin_lines(stdin)
-    lines = without_nul(lines, input or "<stdin>")  # binary data is refused by its line
+        lines = decoded_lines(stdin, "<stdin>")
     prefixes = None
     if prefix is not None:
         lines = list(lines)
@@ -209,18 +208,6 @@ def _prompted_lines() -> Iterator[str]:
             yield input("> ")
         except EOFError:
             return
-
-
-def _stdin_lines(stdin: IO[bytes]) -> Iterator[str]:
-    """Lines of standard input, decoded strictly as UTF-8 (errors name the line)."""
-    for number, raw in enumerate(stdin, 1):
-        try:
-            yield raw.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError as error:
-            raise UserError(
-                f"<stdin>: line {number} is not valid UTF-8 (byte {raw[error.start]:#04x} at "
-                f"position {error.start + 1} of the line)"
-            ) from None
 
 
 @dataclass

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
-from ..data.readers import read_lines
+from ..data.readers import decoded_lines, read_lines
 from ..errors import UserError
 from ..files import atomic_write
 from .confidence import check_threshold
@@ -103,22 +103,11 @@ def _checked(name: str, before: int, function: Callable, *args: object):
 
 
 def text_lines(input: str | None, stdin: IO[bytes] | None) -> list[str]:
-    """The input's lines: strict UTF-8 (``read_lines``), and no NUL byte, which text never
-    holds (a binary file can decode as UTF-8)."""
-    name = input or "<stdin>"
+    """The input's lines, read as every text file is (``readers.decoded_lines``)."""
     if input is not None:
-        lines = read_lines(input)
-    else:
-        assert stdin is not None, "standard_streams gives stdin when there is no input file"
-        lines = []
-        for number, raw in enumerate(stdin, 1):
-            try:
-                lines.append(raw.decode("utf-8").rstrip("\r\n"))
-            except UnicodeDecodeError as error:
-                raise UserError(f"{name}: line {number} is not valid UTF-8 (byte "
-                                f"{raw[error.start]:#04x} at position {error.start + 1} of the "
-                                "line): binary data?") from None  # fmt: skip
-    return list(without_nul(lines, name))
+        return read_lines(input)
+    assert stdin is not None, "standard_streams gives stdin when there is no input file"
+    return list(decoded_lines(stdin, "<stdin>"))
 
 
 def without_nul(lines: Iterable[str], name: str) -> Iterator[str]:
