@@ -67,6 +67,14 @@ def test_a_link_in_a_loop_is_named_as_one(tmp_path):
         read_lines(tmp_path / "a")
 
 
+def test_a_folder_or_a_pipe_given_as_a_file_says_which(tmp_path):
+    with pytest.raises(UserError, match=r"not a file: .* is a folder; give a file"):
+        read_lines(tmp_path)
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(UserError, match=r"pipe is a pipe or a device, not a regular file; give"):
+        read_lines(tmp_path / "pipe")
+
+
 def test_a_line_without_end_is_read_no_further_than_the_bound(monkeypatch):
     """An endless line (``/dev/zero``) is refused after its bound, not read into memory."""
 
