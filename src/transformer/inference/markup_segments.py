@@ -102,16 +102,18 @@ class Marked:
                 parent = elements[parent].parent
             return frozenset(found)
 
+        # the words in order: an element's are found by bisection, not by a walk through all
+        starts, ends = [a for a, _ in segment.words], [b for _, b in segment.words]
         inline = []
         for e in (elements[i] for i in segment.inline):
-            covered = [w for w, (a, b) in enumerate(segment.words) if a < e.end and b > e.start]
+            covered = list(range(bisect_right(ends, e.start), bisect_left(starts, e.end)))
             first, last = segment.words[covered[0]], segment.words[covered[-1]]
             lead = _punctuation(self.markup.plain[first[0] : e.start])
             trail = _punctuation(self.markup.plain[e.end : last[1]])
             inline.append(Inline(e.start_tag, e.end_tag, covered, around(e), lead, trail))
         atoms = []
         for e in (elements[i] for i in segment.atoms):
-            after = sum(1 for a, _ in segment.words if a < e.start) - 1
+            after = bisect_left(starts, e.start) - 1  # the words that start before it, - 1
             plain = self.markup.plain
             before, behind = plain[e.start - 1 : e.start], plain[e.end : e.end + 1]
             atoms.append(Atom(self.markup.raw(e), after, around(e), before.isspace(),

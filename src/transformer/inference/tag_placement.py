@@ -36,6 +36,7 @@ comes first in the source, when two are as long), and spans close innermost firs
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -110,16 +111,30 @@ def element_spans(
     it, whose best target word it is; ``targets_of``: source word -> its target words, of
     either kind."""
     spans: list[tuple[int, int] | None] = []
+    # source word -> its target words, of each kind: an element's are looked up, not searched
+    # for among all the target words (10,000 elements on one line took 28 s here)
+    own_targets, best_targets = _inverse(sources_of), _inverse(best_of)
+    sources = sorted(targets_of)
     for element in inline:
-        mine = set(element.words)
-        own = [j for j in range(n) if sources_of.get(j, set()) & mine]
-        best = [j for j in range(n) if best_of.get(j, set()) & mine]
+        own = sorted({j for i in element.words for j in own_targets.get(i, ())})
+        best = sorted({j for i in element.words for j in best_targets.get(i, ())})
         words = own or best
-        span = _longest_run(words, set(best)) if words else _nearest(element.words, targets_of)
-        if span is not None and any(_cross(span, other) for other in spans if other):
-            span = (span[0], span[0])  # one word never crosses a span
+        span = (_longest_run(words, set(best)) if words
+                else _nearest(element.words, targets_of, sources))  # fmt: skip
+        several = span is not None and span[0] != span[1]  # one word never crosses a span
+        if several and any(_cross(span, other) for other in spans if other):
+            span = (span[0], span[0])
         spans.append(span)
     return spans
+
+
+def _inverse(links: dict[int, set[int]]) -> dict[int, list[int]]:
+    """{target word: source words} -> {source word: target words}."""
+    inverse: dict[int, list[int]] = defaultdict(list)
+    for j, sources in links.items():
+        for i in sources:
+            inverse[i].append(j)
+    return inverse
 
 
 def _longest_run(words: list[int], best: set[int]) -> tuple[int, int]:
@@ -136,17 +151,23 @@ def _longest_run(words: list[int], best: set[int]) -> tuple[int, int]:
     return next((run for run in runs if any(run[0] <= j <= run[1] for j in best)), runs[0])
 
 
-def _nearest(words: list[int], targets_of: dict[int, list[int]]) -> tuple[int, int] | None:
+def _nearest(
+    words: list[int], targets_of: dict[int, list[int]], sources: list[int]
+) -> tuple[int, int] | None:
     """One target word for an element whose source words got none: the one aligned to the
-    nearest source word that has one (before it, on a tie)."""
-    if not targets_of:
+    nearest source word that has one (before it, on a tie). ``sources``: the source words
+    that have one, in order (bisected: a walk through all of them for each element took 2.4 s
+    of a line of 20,000 elements)."""
+    if not sources:
         return None
     low, high = words[0], words[-1]
-
-    def distance(i: int) -> tuple[int, int]:
-        return (low - i, 0) if i < low else (i - high, 1)
-
-    source = min(targets_of, key=distance)
+    k, m = bisect_left(sources, low), bisect_right(sources, high)
+    if k < m:  # one inside the element's span
+        source = sources[k]
+    elif k == 0 or (m < len(sources) and sources[m] - high < low - sources[k - 1]):
+        source = sources[m]
+    else:
+        source = sources[k - 1]
     j = targets_of[source][-1] if source < low else targets_of[source][0]
     return j, j
 
