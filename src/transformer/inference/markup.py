@@ -270,7 +270,7 @@ class _Builder:
         name = self._name(at, end, given)
         element = self.elements[self.open[-1]] if self.open else None
         if element is None or element.name != name:  # the open names are read only here:
-            # for every end tag, 20,000 nested elements took 27 s
+            # for every end tag, 40,000 nested elements took 20 s
             if all(self.elements[i].name != name for i in self.open):
                 raise MarkupError(self._line(at), f"</{name}> closes no open element")
             assert element is not None
