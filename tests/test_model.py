@@ -181,36 +181,3 @@ def test_dropout_gradient_is_its_mask_and_eval_is_the_identity():
     assert torch.equal(dropout(x), x)
     assert torch.equal(Dropout(0.0).train()(x), x)
     assert torch.equal(Dropout(1.0).train()(x), torch.zeros_like(x))
-
-
-@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
-def test_training_leaves_padding_out_of_the_feed_forward_and_learns_the_same(norm_first):
-    """In training on a CPU the feed-forward runs on the real positions only: the loss and
-    every gradient are those of running it on every position."""
-    from transformer.model.layers import FeedForward
-    from transformer.training.loss import label_smoothed_nll
-
-    src = torch.tensor([[5, 6, 7, 8, PAD_ID, PAD_ID], [11, 12, 13, 14, 15, 16]])
-    tgt = torch.tensor([[BOS_ID, 9, 10, PAD_ID, PAD_ID], [BOS_ID, 4, 5, 6, 7]])
-    out = torch.tensor([[9, 10, 3, PAD_ID, PAD_ID], [4, 5, 6, 7, 3]])
-    model = tiny(norm_first=norm_first, dropout=0.0).train()
-    rows: list[int] = []
-    first = model.encoder.layers[0].feed_forward.linear1
-    first.register_forward_hook(lambda m, args, _: rows.append(args[0].numel() // args[0].size(-1)))
-
-    def loss_and_gradients():
-        model.zero_grad()
-        loss = label_smoothed_nll(model(src, tgt), out, 0.1).loss
-        loss.backward()
-        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
-
-    loss, gradients = loss_and_gradients()
-    assert rows == [10]  # 10 real source positions of 12: the padding went nowhere
-    every_position = FeedForward._net
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(FeedForward, "forward", lambda self, x, real=None: every_position(self, x))
-        reference, expected = loss_and_gradients()
-    assert rows[-1] == 12
-    torch.testing.assert_close(loss, reference)
-    for name, gradient in gradients.items():
-        torch.testing.assert_close(gradient, expected[name], atol=1e-6, rtol=1e-5, msg=name)

@@ -24,7 +24,6 @@ from .attention import Blocked, MultiHeadAttention, attention_step
 from .cache import DecoderCache, FixedSlots, FixedStep, LayerCache
 from .layers import Dropout, FeedForward, LayerNorm, activated
 from .linear import linear
-from .masks import real_positions
 
 
 @dataclass
@@ -74,8 +73,6 @@ class DecoderLayer(nn.Module):
             assert isinstance(cache, LayerCache)
             B, _, D = x.shape
             return self.step(x.view(B, D), memory, memory_mask, cache).view(B, 1, D), None
-        # the whole target at once (training): its padding is left out of the feed-forward
-        real = real_positions(tgt_mask) if cache is None and tgt_mask is not None else None
         if self.norm_first:
             attended, self_w = self._self_attention(self.norm1(x), tgt_mask, cache, need_weights)
             x = x + attended
@@ -83,13 +80,13 @@ class DecoderLayer(nn.Module):
                 self.norm2(x), memory, memory_mask, cache, need_weights
             )
             x = x + attended
-            x = x + self._feed_forward(self.norm3(x), real)
+            x = x + self._feed_forward(self.norm3(x))
         else:
             attended, self_w = self._self_attention(x, tgt_mask, cache, need_weights)
             x = self.norm1(x + attended)
             attended, cross_w = self._cross_attention(x, memory, memory_mask, cache, need_weights)
             x = self.norm2(x + attended)
-            x = self.norm3(x + self._feed_forward(x, real))
+            x = self.norm3(x + self._feed_forward(x))
         weights = (
             DecoderAttention(self_w, cross_w)
             if self_w is not None and cross_w is not None
@@ -215,9 +212,9 @@ class DecoderLayer(nn.Module):
         assert keys is not None and values is not None
         return keys, values
 
-    def _feed_forward(self, x: Tensor, real: Tensor | None) -> Tensor:
-        """Feed-forward (of the ``real`` positions: FeedForward), then dropout."""
-        return self.dropout(self.feed_forward(x, real))
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        """Feed-forward, then dropout."""
+        return self.dropout(self.feed_forward(x))
 
 
 class Decoder(nn.Module):

@@ -14,7 +14,6 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from .attention import MultiHeadAttention
 from .layers import Dropout, FeedForward, LayerNorm
-from .masks import real_positions
 
 
 class EncoderLayer(nn.Module):
@@ -41,15 +40,14 @@ class EncoderLayer(nn.Module):
         Shape:
             returns x (B, S, D) and, if ``need_weights``, self-attention weights (B, H, S, S).
         """
-        real = None if src_mask is None else real_positions(src_mask)  # (B, S)
         if self.norm_first:
             attended, weights = self._self_attention(self.norm1(x), src_mask, need_weights)
             x = x + attended
-            x = x + self._feed_forward(self.norm2(x), real)
+            x = x + self._feed_forward(self.norm2(x))
         else:
             attended, weights = self._self_attention(x, src_mask, need_weights)
             x = self.norm1(x + attended)
-            x = self.norm2(x + self._feed_forward(x, real))
+            x = self.norm2(x + self._feed_forward(x))
         return x, weights
 
     def _self_attention(
@@ -59,9 +57,9 @@ class EncoderLayer(nn.Module):
         attended, weights = self.self_attn(x, x, x, mask, need_weights)
         return self.dropout(attended), weights
 
-    def _feed_forward(self, x: Tensor, real: Tensor | None) -> Tensor:
-        """Feed-forward (of the ``real`` positions: FeedForward), then dropout."""
-        return self.dropout(self.feed_forward(x, real))
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        """Feed-forward, then dropout."""
+        return self.dropout(self.feed_forward(x))
 
 
 class Encoder(nn.Module):

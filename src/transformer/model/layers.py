@@ -111,25 +111,7 @@ class FeedForward(nn.Module):
         self.dropout = Dropout(dropout)
         self.activation = ACTIVATION_FUNCTIONS[activation]
 
-    def forward(self, x: Tensor, real: Tensor | None = None) -> Tensor:
-        """(B, T, D) -> (B, T, D).
-
-        ``real`` (B or 1, T), True where a position holds a token (``masks.real_positions``):
-        in training on a CPU, the padding positions are left out and get 0. Nothing reads
-        them (their keys are masked, the loss skips them), and this net is most of a layer's
-        products: with a tenth of each sentence padding, a ``small`` step took 2.5-3% less time
-        (docs/speed.md). Elsewhere every position goes through: a GPU would wait for
-        ``nonzero``, and in inference the packed products keep to a few row counts
-        (linear.py)."""
-        if real is None or not (self.training and x.is_cpu):
-            return self._net(x)
-        B, T, D = x.shape
-        rows = real.expand(B, T).flatten().nonzero().squeeze(1)  # (N,) the real positions
-        computed = self._net(x.reshape(B * T, D)[rows])  # (N, D)
-        out = computed.new_zeros(B * T, D).index_copy(0, rows, computed)  # (B·T, D)
-        return out.view(B, T, D)
-
-    def _net(self, x: Tensor) -> Tensor:
-        """FFN(x): (..., D) -> (..., D)."""
-        hidden = self.dropout(activated(self.activation, self.linear1(x)))  # (..., F)
-        return self.linear2(hidden)  # (..., D)
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, T, D) -> (B, T, D)."""
+        hidden = self.dropout(activated(self.activation, self.linear1(x)))  # (B, T, F)
+        return self.linear2(hidden)  # (B, T, D)

@@ -67,16 +67,3 @@ def combined_mask(tgt_ids: Tensor, pad_id: int = PAD_ID) -> Tensor:
     """
     length = tgt_ids.size(1)
     return look_ahead_mask(length, device=tgt_ids.device) & padding_mask(tgt_ids, pad_id)
-
-
-def real_positions(mask: Tensor) -> Tensor:
-    """Which positions hold a token, not padding, read from their self-attention mask: a
-    position is real if it may attend to itself (padding blocks its key for every query; the
-    look-ahead never blocks the diagonal).
-
-    Shape:
-        mask (B, 1, 1, T) (padding) or (B or 1, 1, T, T) (combined) -> (B or 1, T).
-    """
-    if mask.size(-2) == 1:
-        return mask[:, 0, 0, :]  # (B, T)
-    return mask[:, 0].diagonal(dim1=-2, dim2=-1)  # (B, T)
