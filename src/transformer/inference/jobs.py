@@ -12,6 +12,7 @@ in Pharaoh format. ``evaluate`` writes its hypotheses beside ``--src`` (the run'
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -34,7 +35,6 @@ from .evaluate import (
     score_translations,
 )
 from .glossary import Glossary
-from .text_jobs import without_nul
 from .translate import Translation, TranslationResult
 
 # an engine's translate: (sentences, search or None for its own, prefixes or None)
@@ -67,7 +67,7 @@ def translate_file(
         if prefix is not None:
             raise UserError("--prefix needs the sentences in a file (--input) or piped in")
         print("Type a sentence and press Enter (Ctrl-D to quit).", file=sys.stderr)
-        lines = without_nul(_prompted_lines(), "<stdin>")  # a NUL typed in: binary data
+        lines = _prompted_lines()
     else:
         assert stdin is not None, "standard_streams gives stdin when there is no input file"
         lines = decoded_lines(stdin, "<stdin>")
@@ -203,11 +203,15 @@ def _printer(stream: IO[str], flush: bool) -> Callable[[str], None]:
 
 
 def _prompted_lines() -> Iterator[str]:
-    while True:
+    """Lines typed at the prompt; a NUL byte is binary data, refused as a file's would be."""
+    for number in itertools.count(1):
         try:
-            yield input("> ")
+            line = input("> ")
         except EOFError:
             return
+        if "\x00" in line:
+            raise UserError(f"<stdin>: line {number} holds a NUL byte: binary data, not text")
+        yield line
 
 
 @dataclass

@@ -21,7 +21,7 @@ the file and the line, before anything is translated.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -108,15 +108,6 @@ def text_lines(input: str | None, stdin: IO[bytes] | None) -> list[str]:
         return read_lines(input)
     assert stdin is not None, "standard_streams gives stdin when there is no input file"
     return list(decoded_lines(stdin, "<stdin>"))
-
-
-def without_nul(lines: Iterable[str], name: str) -> Iterator[str]:
-    """``lines``, refusing the first that holds a NUL byte: text never does, binary data does
-    (and can decode as UTF-8)."""
-    for number, line in enumerate(lines, 1):
-        if "\x00" in line:
-            raise UserError(f"{name}: line {number} holds a NUL byte: binary data, not text")
-        yield line
 
 
 def _document_lines(found: TextsResult, jsonl: bool) -> list[str]:
