@@ -69,9 +69,9 @@ class DataConfig:
     numbers_train: int = 100_000
     """Numbers corpus: training examples (drawn with replacement); at most 10,000,000."""
     numbers_valid: int = 1_000
-    """Numbers corpus: size of the validation split."""
+    """Numbers corpus: size of the validation split; 1 to 10,000,000."""
     numbers_test: int = 1_000
-    """Numbers corpus: size of the test split."""
+    """Numbers corpus: size of the test split; 0 to 10,000,000."""
 
     def __post_init__(self) -> None:
         check_types(self)

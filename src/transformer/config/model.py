@@ -74,7 +74,7 @@ class ModelConfig:
     norm_first: bool = False
     """False: post-norm as in the paper; True: pre-norm."""
     layer_norm_eps: float = 1e-5
-    """The ε of layer normalisation."""
+    """The ε of layer normalisation; above 0 and below 1."""
     share_embeddings: bool = False
     """One embedding table for source and target (needs one vocab)."""
     tie_output: bool = True
