@@ -273,7 +273,7 @@ def random_line(rng: random.Random, words: list[str], depth: int = 0) -> str:
     for _ in range(rng.randint(1, 4)):
         roll = rng.random()
         if roll < 0.25 and depth < 3:
-            name = rng.choice(["b", "i", "a", "span"])
+            name = rng.choice(["b", "i", "a", "span", "p", "li"])  # blocks cut a line
             attrs = f' id="e{rng.randrange(10**6)}"' + (' href="?a=1&amp;b=\'2\'"' if name == "a"
                                                         else "")  # fmt: skip
             items.append(f"<{name}{attrs}>{random_line(rng, words, depth + 1)}</{name}>")
@@ -389,6 +389,61 @@ def test_block_elements_end_sentences_and_stay_where_they_are():
     (out,) = marked([text], engine, document=True)
     assert engine.calls == [["A title", "One item", "Two items"]]
     assert out == "<h1>title A</h1>\n<ul><li>item One</li><li><b>items</b> Two</li></ul>\n"
+
+
+def test_block_elements_on_one_line_are_translated_one_by_one():
+    text = "<h1>A title</h1><ul><li>One item</li><li>Two <b>items</b></li></ul>"
+    engine = WordEngine(backwards)
+    assert marked([text, "x <b>y</b>"], engine) == [
+        "<h1>title A</h1><ul><li>item One</li><li><b>items</b> Two</li></ul>",
+        "<b>y</b> x",
+    ]
+    assert engine.calls == [["A title", "One item", "Two items", "x y"]]
+
+
+def test_an_inline_element_across_blocks_joins_them_on_a_line_too():
+    engine = WordEngine()
+    assert marked(["w <b>x <p>y</p></b> <p>z</p>"], engine) == ["w <b>x <p>y</p></b> <p>z</p>"]
+    assert engine.calls == [["w x y", "z"]]
+
+
+def test_a_line_of_blocks_is_one_record_its_parts_joined(monkeypatch):
+    def confidences(engine, tokenizers, sources, tokens):
+        return [Confidence(-1.0, [Word(w, 0.5) for w in s.split()[::-1]]) for s in sources]
+
+    monkeypatch.setattr("transformer.inference.texts.confidences", confidences)
+    aligned = DecodeConfig(alignment=True)
+    line = "<p>x <b>y</b></p><p>z w v</p>"
+    found = translate_texts(WordEngine(backwards), [line, ""], aligned, confidence=True,
+                            markup="html")  # fmt: skip
+    first, empty = (record(t) for t in found.texts)
+    assert first["source"] == line
+    assert first["text"] == "<p><b>y</b> x</p><p>v w z</p>"
+    assert (first["plain_source"], first["plain_text"]) == ("x y z w v", "y x v w z")
+    assert first["alignment"] == "1-0 0-1 4-2 3-3 2-4"
+    assert [w["word"] for w in first["words"]] == ["y", "x", "v", "w", "z"]
+    assert (first["score"], first["log_prob"]) == (-2.0, -2.0)
+    assert (empty["source"], empty["text"]) == ("", "")
+
+
+@dataclass
+class PrefixEngine(WordEngine):
+    """A WordEngine that keeps the prefixes it was given and calls some inputs cut to fit."""
+
+    prefixes: list = field(default_factory=list)
+    cut: list = field(default_factory=list)
+
+    def translate(self, sentences, decode=None, prefixes=None, stopped=None):
+        self.prefixes.append(prefixes)
+        return TranslationResult(super().translate(sentences, decode).nbest, self.cut)
+
+
+def test_a_line_prefix_begins_its_first_block_and_a_cut_block_marks_its_line():
+    engine = PrefixEngine(cut=[1])  # the second block of the first line
+    found = translate_texts(engine, ["<p>a</p><p>b</p>", "c"], prefixes=["P", "Q"],
+                            markup="html").texts  # fmt: skip
+    assert engine.prefixes == [["P", "", "Q"]]
+    assert [t.truncated for t in found] == [True, False]
 
 
 def test_a_tag_across_a_paragraph_break_is_refused_with_its_line():
@@ -535,6 +590,12 @@ def test_python_and_http_give_the_same_marked_up_text(torch_engine):
         got = answer["translations"]
         assert [t["text"] for t in got] == [t.text for t in found]
         assert got[0]["plain_text"] == found[0].sentences[0].plain[1]
+        blocks, prefix = ["<p>seven</p><p>eight</p>", "<p>two</p>"], ["quarante", ""]
+        answer = client.post("/translate", json={"sentences": blocks, "prefix": prefix,
+                                                 "markup": "html"})  # fmt: skip
+        alone = translate_texts(torch_engine, blocks, prefixes=prefix, markup="html").texts
+        assert [t["text"] for t in answer.json()["translations"]] == [t.text for t in alone]
+        assert alone[0].text.startswith("<p>quarante")
         bad = client.post("/translate", json={"sentences": ["one", "x\n<b>y"], "markup": "html"})
         assert_error(bad, 422, "invalid_request", "sentences.1: line 2: <b> is never closed")
 

@@ -14,10 +14,12 @@ ways:
   as written and placed between the target words, if it lies between the segment's words.
 
 A document's sentences are found by pysbd in the plain text (documents.py). In HTML, the start
-and the end of a block element (``<p>``, ``<li>``, ``<td>`` ...) also end a sentence. A sentence
-boundary inside an inline element is no boundary: the sentences it touches are translated as one
-segment, so the element is still written once, around its words. An element that holds part of
-a paragraph and part of the next (across a blank line) is refused.
+and the end of a block element (``<p>``, ``<li>``, ``<td>`` ...) also end a sentence, in a
+document and in a line: ``<p>Hello.</p><p>Goodbye.</p>`` on one line is two segments, each
+translated on its own and put back in its own ``<p>``. A sentence boundary inside an inline
+element is no boundary: the sentences it touches are translated as one segment, so the element
+is still written once, around its words. An element that holds part of a paragraph and part of
+the next (across a blank line) is refused.
 """
 
 from __future__ import annotations
@@ -126,9 +128,11 @@ def read_marked(text: str, kind: str, document: bool, language: str) -> Marked:
     segments, as the module docstring says; a ``MarkupError`` names the line at fault."""
     markup = parse_markup(text, kind)
     worded, whole = _kinds(markup)
-    if not document:
+    if not document:  # one paragraph of one sentence, cut where blocks start and end
         words = _words(markup.plain, 0, len(markup.plain))
-        groups = [[(words[0][0], words[-1][1])]] if words else []
+        line = [(words[0][0], words[-1][1])] if words else []
+        groups = _merged(markup, worded, [_cut(markup.plain, _block_edges(markup), line)] if
+                         words else [])  # fmt: skip
     else:
         groups = _merged(markup, worded, _sentences(markup, language))
     starts = [e.start for e in markup.elements]
@@ -183,22 +187,30 @@ def _kinds(markup: Markup) -> tuple[set[int], set[int]]:
 def _sentences(markup: Markup, language: str) -> list[list[tuple[int, int]]]:
     """Per paragraph, its sentences' (start, end) in the plain text; in HTML cut again where a
     block element starts or ends."""
-    plain = markup.plain
-    cuts = sorted({at for e in markup.elements if e.block and not e.verbatim
+    paragraphs = read_document(markup.plain, language).paragraphs
+    cuts = _block_edges(markup)
+    return [_cut(markup.plain, cuts, [(s.start, s.end) for s in p.sentences]) for p in paragraphs]
+
+
+def _block_edges(markup: Markup) -> list[int]:
+    """Where in the plain text an HTML block element that is translated starts or ends, sorted."""
+    return sorted({at for e in markup.elements if e.block and not e.verbatim
                    for at in (e.start, e.end)})  # fmt: skip
-    paragraphs = []
-    for paragraph in read_document(plain, language).paragraphs:
-        pieces = []
-        for s in paragraph.sentences:
-            start = s.start
-            for cut in cuts[bisect_right(cuts, s.start) : bisect_left(cuts, s.end)]:
-                left = plain[start:cut].rstrip()
-                if left:
-                    pieces.append((start, start + len(left)))
-                    start = cut + len(plain[cut : s.end]) - len(plain[cut : s.end].lstrip())
-            pieces.append((start, s.end))
-        paragraphs.append(pieces)
-    return paragraphs
+
+
+def _cut(plain: str, cuts: list[int], sentences: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The sentences ((start, end) in ``plain``) cut at ``cuts``, each piece without the space
+    around it."""
+    pieces = []
+    for s_start, s_end in sentences:
+        start = s_start
+        for cut in cuts[bisect_right(cuts, s_start) : bisect_left(cuts, s_end)]:
+            left = plain[start:cut].rstrip()
+            if left:
+                pieces.append((start, start + len(left)))
+                start = cut + len(plain[cut:s_end]) - len(plain[cut:s_end].lstrip())
+        pieces.append((start, s_end))
+    return pieces
 
 
 def _merged(

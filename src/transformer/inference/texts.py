@@ -3,7 +3,8 @@
 ``translate_texts(engine, texts, document=True)`` is the Python side of ``translate --document``
 and of ``document: true`` over HTTP; the command line and the server use its three steps:
 
-1. ``plan``: each text is one sentence (a line), or with ``document`` a document
+1. ``plan``: each text is one sentence (a line; a marked-up line, one per HTML block on
+   it, put back together as one sentence in step 3), or with ``document`` a document
    (documents.py): paragraphs split into sentences, and each sentence too long for the model
    split into parts that fit (``documents.fit``);
 2. the engine translates every part of every text in one batched call (``Engine.translate``),
@@ -61,6 +62,16 @@ class Plan:
     def parts(self) -> list[str]:
         return [p for sentences in self.fitted for f in sentences for p in f.parts]
 
+    def part_prefixes(self, prefixes: list[str] | None) -> list[str] | None:
+        """One target prefix per part, from one per text (lines only): a line's prefix begins
+        its first part's translation, and its other parts (a marked-up line's later blocks)
+        have none."""
+        if prefixes is None:
+            return None
+        counts = [sum(len(f.parts) for f in sentences) for sentences in self.fitted]
+        return [p for prefix, n in zip(prefixes, counts, strict=True)
+                for p in [prefix] + [""] * (n - 1)]  # fmt: skip
+
 
 def plan(
     texts: list[str], document: bool, language: str, pieces: Callable[[str], int], limit: int
@@ -85,9 +96,9 @@ def plan_marked(
             marked.append(read_marked(text, markup, document, language))
         except MarkupError as error:
             raise MarkupError(error.line, error.reason, t) from None
-    if not document:
-        lines = [m.segments[0].text if m.segments else "" for m in marked]
-        return Plan(lines, None, [[Fitted([line])] for line in lines], [], marked)
+    if not document:  # a line's segments: one, or one per HTML block on it
+        fitted = [[Fitted([s.text]) for s in m.segments] or [Fitted([""])] for m in marked]
+        return Plan(texts, None, fitted, [], marked)
     p = _fitted(texts, [m.document() for m in marked], pieces, limit)
     return replace(p, marked=marked)
 
@@ -138,11 +149,12 @@ def put_back(
     best = [options[0] if options else Translation("", 0.0, []) for options in result.nbest]
     truncated = set(result.truncated)
     outs, k = [], 0
-    for t, text in enumerate(p.texts):
+    for t in range(len(p.texts)):
         sentences = []
         doc = p.documents[t] if p.documents is not None else None
-        lines = [s.line for s in doc.sentences] if doc else [1]
-        sources = [s.text for s in doc.sentences] if doc else [text]
+        first = k
+        lines = [s.line for s in doc.sentences] if doc else [1] * len(p.fitted[t])
+        sources = [s.text for s in doc.sentences] if doc else [f.parts[0] for f in p.fitted[t]]
         for source, line, f in zip(sources, lines, p.fitted[t], strict=True):
             n = len(f.parts)
             parts = best[k : k + n]
@@ -155,9 +167,9 @@ def put_back(
                 out.text = flagged(out.text, conf.words, flag_below)
             sentences.append(out)
             k += n
-        if doc is None:
-            cut = t in truncated
-            outs.append(TextOut(sentences[0].text, sentences, None, cut))
+        if doc is None:  # a line: one sentence, or a marked-up line's blocks (_mark_up)
+            cut = any(i in truncated for i in range(first, k))
+            outs.append(TextOut(" ".join(s.text for s in sentences), sentences, None, cut))
             continue
         paragraphs, at = [], 0
         for paragraph in doc.paragraphs:
@@ -186,13 +198,30 @@ def _mark_up(out: TextOut, marked: Marked, alignment: bool) -> None:
         s.alignment = s.alignment if alignment else None
     out.text = marked.assemble(found)
     if out.paragraphs is None:  # a line: the line as given, and all of it translated
-        out.sentences[0].source, out.sentences[0].text = marked.markup.source, out.text
+        whole = _joined_sentence(out.sentences) if marked.segments else out.sentences[0]
+        whole.source, whole.text = marked.markup.source, out.text
+        out.sentences = [whole]
         return
     for k, members in enumerate(marked.paragraphs):
         line, _, _, mine = out.paragraphs[k]
         first, last = members[0], members[-1]
         out.paragraphs[k] = (line, marked.source_of(first, last), marked.assemble(found, first,
                              last), mine)  # fmt: skip
+
+
+def _joined_sentence(blocks: list[SentenceOut]) -> SentenceOut:
+    """A marked-up line's blocks, each translated on its own, as the line's one sentence: their
+    plain texts joined by a space, the scores summed, the words and alignments one after the
+    other."""
+    if len(blocks) == 1:
+        return blocks[0]
+    sources, texts = [s.plain[0] for s in blocks], [s.plain[1] for s in blocks]
+    found = [s.confidence for s in blocks]
+    conf = _joined_confidence(found) if all(c is not None for c in found) else None
+    links = _joined_links(sources, texts, [s.alignment for s in blocks])
+    plain = (" ".join(x for x in sources if x), " ".join(x for x in texts if x))
+    return SentenceOut(plain[0], plain[1], sum(s.score for s in blocks), 1, conf, links,
+                       plain=plain)  # fmt: skip
 
 
 def _joined_confidence(parts: list[Confidence]) -> Confidence:
@@ -205,14 +234,21 @@ def _joined_alignment(
 ) -> list[tuple[int, int]] | None:
     """The parts' alignments (or ``best_targets``) as one: each part's words counted after the
     earlier parts'."""
-    found = [getattr(x, field) for x in parts]
+    return _joined_links(sources, [x.text for x in parts], [getattr(x, field) for x in parts])
+
+
+def _joined_links(
+    sources: list[str], targets: list[str], found: list[list[tuple[int, int]] | None]
+) -> list[tuple[int, int]] | None:
+    """Word links of (source, target) pairs as links of the pairs joined: each pair's words
+    counted after the earlier pairs'; None when a pair has none."""
     if any(links is None for links in found):
         return None
     links, src_at, tgt_at = [], 0, 0
-    for source, x, mine in zip(sources, parts, found, strict=True):
+    for source, target, mine in zip(sources, targets, found, strict=True):
         links += [(i + src_at, j + tgt_at) for i, j in mine]
         src_at += len(source.split())
-        tgt_at += len(x.text.split())
+        tgt_at += len(target.split())
     return links
 
 
@@ -268,7 +304,7 @@ def translate_texts(
         raise UserError("prefix: a document's sentences are found by the segmenter; prefixes "
                         "go with lines, not documents")  # fmt: skip
     p = plan_for(engine, texts, document, markup)
-    result = engine.translate(p.parts, aligned(p, d, engine.name), prefixes)
+    result = engine.translate(p.parts, aligned(p, d, engine.name), p.part_prefixes(prefixes))
     found = None
     if confidence or flag_below is not None:
         found = confidences(engine, engine.tokenizers, p.parts, _tokens(result))

@@ -167,10 +167,10 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
         found, together = await translate_texts_request(
             served.engine, sentences, decode, body.prefix, bool(body.document), jsonl,
             body.flag_below, lambda job: _answer(served, job, request),
-            lambda parts, search: served.batcher.translate(parts, search, body.prefix),
+            lambda parts, search, forced: served.batcher.translate(parts, search, forced),
             served.batcher.call,
-            lambda parts, search, rerun: _check_search(served, parts, body.prefix, search,
-                                                       rerun),
+            lambda parts, search, rerun, forced: _check_search(served, parts, forced, search,
+                                                               rerun),
             markup,
         )  # fmt: skip
         return TranslateResponse(translations=[SentenceTranslation(**f) for f in found],

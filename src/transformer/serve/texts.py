@@ -55,16 +55,17 @@ async def translate_texts_request(
     jsonl: bool,
     flag_below: float | None,
     queue: Callable[[Callable[[], Future]], Awaitable[Any]],
-    translate_job: Callable[[list[str], DecodeConfig], Future],
+    translate_job: Callable[[list[str], DecodeConfig, list[str] | None], Future],
     call_job: Callable[[Callable[[Stopped], Any]], Future],
-    check_cost: Callable[[list[str], DecodeConfig, int], None],
+    check_cost: Callable[[list[str], DecodeConfig, int, list[str] | None], None],
     markup: str = "text",
 ) -> tuple[list[dict], int]:
     """The texts translated (``put_back``) as dicts of SentenceTranslation's fields, and the
     batch's sentence count. ``queue(job)`` waits for a job (app.py's ``answer``);
-    ``translate_job(parts, search)`` and ``call_job(function)`` make one (the batcher's);
-    ``check_cost(parts, search, rerun)`` refuses what is over the server's budget, ``rerun``
-    being the passes over each translation after the search (the words' probabilities)."""
+    ``translate_job(parts, search, prefixes)`` and ``call_job(function)`` make one (the
+    batcher's); ``check_cost(parts, search, rerun, prefixes)`` refuses what is over the server's
+    budget, ``rerun`` being the passes over each translation after the search (the words'
+    probabilities). ``prefixes``: one per part (``Plan.part_prefixes``)."""
     check_request(decode, document, jsonl, flag_below is not None, prefixes, markup)
     try:
         p = await asyncio.get_running_loop().run_in_executor(
@@ -75,8 +76,9 @@ async def translate_texts_request(
                        f"{error.reason}") from None  # fmt: skip
     search = aligned(p, decode, engine.name)  # markup asks for alignments: they cost passes
     scored = jsonl or flag_below is not None  # the words' probabilities: one pass more
-    check_cost(p.parts, search, int(scored))
-    batched = await queue(lambda: translate_job(p.parts, search))
+    forced = p.part_prefixes(prefixes)
+    check_cost(p.parts, search, int(scored), forced)
+    batched = await queue(lambda: translate_job(p.parts, search, forced))
     found = None
     if scored:
         tokens = [o[0].tokens if o else [] for o in batched.result.nbest]
