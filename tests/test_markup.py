@@ -446,6 +446,17 @@ def test_a_line_prefix_begins_its_first_block_and_a_cut_block_marks_its_line():
     assert [t.truncated for t in found] == [True, False]
 
 
+def test_a_paragraph_record_holds_its_lines_with_their_block_tags():
+    text = "<div>\n<p>One two.</p>\n\n  <p>Three.</p><p>Four <b>five</b>.</p>\r\n</div>\n"
+    found = translate_texts(WordEngine(backwards), [text], document=True, markup="html")
+    paragraphs = record(found.texts[0])["paragraphs"]
+    assert [(p["line"], p["source"], p["text"]) for p in paragraphs] == [
+        (2, "<p>One two.</p>", "<p>two. One</p>"),
+        (4, "<p>Three.</p><p>Four <b>five</b>.</p>", "<p>Three.</p><p><b>five</b>. Four</p>"),
+    ]
+    assert found.texts[0].text.endswith("<p>Three.</p><p><b>five</b>. Four</p>\r\n</div>\n")
+
+
 def test_a_tag_across_a_paragraph_break_is_refused_with_its_line():
     with pytest.raises(MarkupError, match=r"^text 1, line 3: <i> holds part of a paragraph"):
         translate_texts(WordEngine(), ["x.\n\ny <i>z.\n\nw</i> v."], document=True, markup="html")

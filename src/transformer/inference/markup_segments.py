@@ -63,10 +63,25 @@ class Marked:
             paragraphs.append(Paragraph(found[0].start, found[-1].end, found[0].line, sentences))
         return Document(self.markup.plain, paragraphs)
 
-    def source_of(self, first: int, last: int | None = None) -> str:
-        """Segment ``first`` (to segment ``last``) as written, tags and all."""
-        end = self.segments[first if last is None else last].src_end
-        return self.markup.source[self.segments[first].src_start : end]
+    def source_of(self, k: int) -> str:
+        """Segment ``k`` as written, tags and all."""
+        return self.markup.source[self.segments[k].src_start : self.segments[k].src_end]
+
+    def paragraph(self, first: int, last: int) -> tuple[int, int]:
+        """Where the paragraph of segments ``first`` to ``last`` is in the source: from the
+        start of its first line to the end of its last, so with the block tags around it
+        (``<p>`` ... ``</p>``), but with no other segment and no space at either end."""
+        source, segments = self.markup.source, self.segments
+        low = segments[first - 1].src_end if first else 0
+        high = segments[last + 1].src_start if last + 1 < len(segments) else len(source)
+        start = max(source.rfind("\n", 0, segments[first].src_start) + 1, low)
+        end = source.find("\n", segments[last].src_end)
+        end = min(len(source) if end < 0 else end, high)
+        while source[start].isspace():  # a segment starts with a word: these stop there
+            start += 1
+        while source[end - 1].isspace():
+            end -= 1
+        return start, end
 
     def put_back(self, translations: list[tuple[str, list[tuple[int, int]]]]) -> list[str]:
         """Each segment's translation (its text and its word alignment) with the segment's tags
@@ -80,16 +95,17 @@ class Marked:
         return out
 
     def assemble(self, marked: list[str], first: int = 0, last: int | None = None) -> str:
-        """The source from segment ``first`` to ``last`` (default: all of it, with what lies
-        before and after) with each segment replaced by its marked-up translation."""
+        """The source (default: all of it; else the paragraph of segments ``first`` to
+        ``last``, ``paragraph``) with each segment replaced by its marked-up translation."""
         source, segments = self.markup.source, self.segments
-        last = len(segments) - 1 if last is None else last
-        whole = first == 0 and last == len(segments) - 1
-        out, at = [], 0 if whole else segments[first].src_start
+        if last is None:
+            last, (at, end) = len(segments) - 1, (0, len(source))
+        else:
+            at, end = self.paragraph(first, last)
+        out = []
         for k in range(first, last + 1):
             out += [source[at : segments[k].src_start], marked[k]]
             at = segments[k].src_end
-        end = len(source) if whole else segments[last].src_end if segments else 0
         return "".join([*out, source[at:end]])
 
     def _tagged(self, segment: Segment) -> tuple[list[Inline], list[Atom]]:

@@ -205,8 +205,9 @@ def _mark_up(out: TextOut, marked: Marked, alignment: bool) -> None:
     for k, members in enumerate(marked.paragraphs):
         line, _, _, mine = out.paragraphs[k]
         first, last = members[0], members[-1]
-        out.paragraphs[k] = (line, marked.source_of(first, last), marked.assemble(found, first,
-                             last), mine)  # fmt: skip
+        start, end = marked.paragraph(first, last)
+        source, target = marked.markup.source[start:end], marked.assemble(found, first, last)
+        out.paragraphs[k] = (line, source, target, mine)
 
 
 def _joined_sentence(blocks: list[SentenceOut]) -> SentenceOut:
