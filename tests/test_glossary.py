@@ -4,6 +4,7 @@ every output must hold its terms, and plain beam search's output wherever there 
 the glossary file's reader, and the command line."""
 
 import math
+import random
 from types import SimpleNamespace
 
 import pytest
@@ -75,6 +76,29 @@ def test_a_term_listed_twice_is_needed_twice_and_banks_count_term_tokens():
     assert run(state, [A, C]).bank == 2  # one A met, C D in progress
     assert run(state, [A, X, A, C, D]).done and run(state, [A, X, A, C, D]).bank == 4
     assert run(state, [A, C, D]).next_tokens() == {A}  # only the term still needed
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_the_tracker_agrees_with_a_look_back_over_the_whole_output(seed):
+    """Met counts, progress and the tokens that make progress, checked at every token against
+    their definitions read off the whole output (terms over 3 tokens, so they overlap a lot)."""
+    rng = random.Random(seed)
+    terms = [[rng.choice([A, B, C]) for _ in range(rng.randint(1, 5))] for _ in range(4)]
+    state, tokens = TermState.start(terms), []
+    for _ in range(40):
+        tokens.append(rng.choice([A, B, C]))
+        state = state.advance(tokens[-1])
+        for term, met, k in zip(state.terms, state.met, state.progress, strict=True):
+            assert met == occurrences(tokens, list(term))
+            assert k == longest(tokens, list(term))
+        needed = [t for t in terms if occurrences(tokens, t) < terms.count(t)]
+        assert state.done == (not needed)
+        assert state.next_tokens() == {t[j] for t in needed for j in (0, longest(tokens, t))}
+
+
+def longest(tokens: list[int], term: list[int]) -> int:
+    """The longest proper prefix of ``term`` that ends ``tokens``."""
+    return max(j for j in range(len(term)) if j == 0 or tokens[-j:] == term[:j])
 
 
 def test_an_empty_term_list_is_done_from_the_start():

@@ -14,7 +14,8 @@ from dataclasses import fields, replace
 import pytest
 
 from transformer.config import DecodeConfig
-from transformer.inference.cost import scoring_cost, translation_cost
+from transformer.inference.constraints import TermState
+from transformer.inference.cost import TERM_UPDATES_PER_TOKEN, scoring_cost, translation_cost
 from transformer.inference.glossary import Glossary
 
 from helpers import assert_error, client_for
@@ -170,6 +171,34 @@ def test_a_glossary_is_counted_with_the_room_its_terms_make(engine, long_prefix)
     assert cost.longest >= 40 > without.longest
     measured = served_within_its_count(engine, "/translate", body, cost.tokens)
     assert measured > without.tokens  # what the budget would have counted without the terms
+
+
+def test_a_glossary_of_many_terms_is_counted_with_the_search_work_they_make(engine, monkeypatch):
+    # Six terms a sentence, beam 4, outputs forced to the limit: the constrained search advances
+    # every term of every candidate at every step, work that grows with the square of the terms.
+    updates = []
+    advance = TermState.advance
+
+    def counted(state, token):
+        updates.append(len(state.terms))
+        return advance(state, token)
+
+    monkeypatch.setattr(TermState, "advance", counted)
+    words = ["one", "two", "three", "four", "five", "six"]
+    sentences = [" ".join(words)] * 8
+    body = {"sentences": sentences, "beam_size": 4, "min_len": 47,
+            "glossary": [[w, t] for w, t in zip(words, ["un", "deux", "trois", "quatre", "cinq",
+                                                          "six"], strict=True)]}  # fmt: skip
+    decode, positions = decode_of(engine, body), engine.model.config.max_positions
+    glossary = Glossary.of(body["glossary"])
+    cost = translation_cost(engine.tokenizers, sentences, None, decode, positions,
+                            glossary=glossary)  # fmt: skip
+    plain = translation_cost(engine.tokenizers, sentences, ["un deux trois quatre cinq six"] * 8,
+                             decode, positions)  # fmt: skip
+    tokens = served_within_its_count(engine, "/translate", body, cost.tokens)
+    work = sum(updates)  # refused up front at one token less: only the served run searched
+    assert work and tokens + work / TERM_UPDATES_PER_TOKEN <= cost.tokens, (tokens, work, cost)
+    assert cost.tokens > 2 * plain.tokens  # the terms' work, beyond the room they make
 
 
 def test_attention_step_through_and_score_cost_at_least_their_work(engine, long_prefix):

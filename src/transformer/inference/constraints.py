@@ -36,7 +36,7 @@ V target vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -166,18 +166,24 @@ class TermState:
     sequence of target ids that must appear, contiguously, in the output (a glossary's target
     terms, ``glossary.py``; searched for by ``constrained_beam.py``).
 
-    The state follows the output token by token. A term is met each time its ids end the
-    output; it is in progress while the output ends with a proper prefix of it. Progress resets
-    when a token breaks it, but the newest tokens are kept (``tail``), so a term that restarts
-    inside the broken attempt is still seen: with term ``a a b``, the output ``a a a b`` meets
-    it (fairseq's trie in ``token_generation_constraints.py`` goes back to the root instead).
-    Immutable: the beams of a step share the states they extend.
+    The state follows the output token by token, as a string matcher does (Knuth, Morris and
+    Pratt 1977). A term is met each time its ids end the output; its progress is the longest
+    proper prefix of it that ends the output. When a token breaks it, progress falls back to the
+    longest prefix of the term that still ends the broken attempt (``borders``), so a term that
+    restarts inside the broken attempt is still seen: with term ``a a b``, the output
+    ``a a a b`` meets it (fairseq's trie in ``token_generation_constraints.py`` goes back to the
+    root instead). A token costs about one comparison per term, never a look back over the
+    output. Immutable: the beams of a step share the states they extend.
     """
 
     terms: tuple[tuple[int, ...], ...]  # distinct terms
     needed: tuple[int, ...]  # how many times each must appear
     met: tuple[int, ...] = ()  # how many times each has appeared so far
-    tail: tuple[int, ...] = ()  # the newest output ids, at most (longest term - 1)
+    progress: tuple[int, ...] = ()  # each one's longest proper prefix that ends the output
+    borders: tuple[tuple[int, ...], ...] = ()  # each one's ``_borders``
+    # Term tokens produced so far: those of the terms met, and of the one still needed that is
+    # furthest in progress (Post & Vilar 2018, §3: the bank a candidate counts towards).
+    bank: int = 0
 
     @classmethod
     def start(cls, terms: list[list[int]]) -> TermState:
@@ -187,35 +193,37 @@ class TermState:
             if not term:
                 raise ValueError("a term needs at least one token")
             counts[tuple(term)] = counts.get(tuple(term), 0) + 1
-        return cls(tuple(counts), tuple(counts.values()), (0,) * len(counts))
+        zeros = (0,) * len(counts)
+        return cls(tuple(counts), tuple(counts.values()), zeros, zeros,
+                   tuple(_borders(t) for t in counts))  # fmt: skip
 
     def advance(self, token: int) -> TermState:
         """The state after the output grows by ``token``."""
-        window = (*self.tail, token)
-        met = tuple(m + (window[-len(t) :] == t) for t, m in zip(self.terms, self.met, strict=True))
-        keep = max((len(t) for t in self.terms), default=1) - 1
-        return TermState(self.terms, self.needed, met, window[-keep:] if keep else ())
+        met, progress = list(self.met), list(self.progress)
+        banked, furthest = 0, 0  # term tokens of the terms met; the longest progress on another
+        for i, (term, border, n) in enumerate(zip(self.terms, self.borders, self.needed,
+                                                  strict=True)):  # fmt: skip
+            k = progress[i]
+            while k and term[k] != token:  # broken: the longest prefix still ending the output
+                k = border[k]
+            if term[k] == token:
+                k += 1
+            if k == len(term):  # met; an overlapping next one may have begun
+                met[i] += 1
+                k = border[k]
+            progress[i] = k
+            banked += len(term) * min(met[i], n)
+            furthest = max(furthest, k) if met[i] < n else furthest
+        return replace(self, met=tuple(met), progress=tuple(progress), bank=banked + furthest)
 
-    def _open(self) -> list[tuple[int, ...]]:
-        """The terms still needed."""
-        return [t for t, n, m in zip(self.terms, self.needed, self.met, strict=True) if m < n]
-
-    def _progress(self, term: tuple[int, ...]) -> int:
-        """The longest proper prefix of ``term`` that ends the output."""
-        return max((k for k in range(1, len(term)) if self.tail[-k:] == term[:k]), default=0)
+    def _open(self) -> list[int]:
+        """The terms still needed (their indices)."""
+        return [i for i, (n, m) in enumerate(zip(self.needed, self.met, strict=True)) if m < n]
 
     @property
     def done(self) -> bool:
         """Every term has appeared as often as needed: the hypothesis may end."""
         return all(m >= n for n, m in zip(self.needed, self.met, strict=True))
-
-    @property
-    def bank(self) -> int:
-        """Term tokens produced so far: those of the terms met, and of the one furthest in
-        progress (Post & Vilar 2018, §3: the bank a candidate counts towards)."""
-        met = sum(len(t) * min(m, n) for t, n, m in zip(self.terms, self.needed, self.met,
-                                                        strict=True))  # fmt: skip
-        return met + max((self._progress(t) for t in self._open()), default=0)
 
     @property
     def banks(self) -> int:
@@ -226,12 +234,23 @@ class TermState:
         """The tokens that make progress: the first of every term still needed, and the next of
         every one in progress."""
         tokens = set()
-        for term in self._open():
-            tokens.add(term[0])
-            k = self._progress(term)
-            if k:
-                tokens.add(term[k])
+        for i in self._open():
+            tokens.add(self.terms[i][0])
+            tokens.add(self.terms[i][self.progress[i]])
         return tokens
+
+
+def _borders(term: tuple[int, ...]) -> tuple[int, ...]:
+    """For each k from 0 to len(term), the longest proper prefix of ``term[:k]`` that is also
+    a suffix of it (Knuth-Morris-Pratt's failure function; 0 for k of 0 and 1)."""
+    found, k = [0, 0], 0
+    for i in range(1, len(term)):
+        while k and term[i] != term[k]:
+            k = found[k]
+        if term[i] == term[k]:
+            k += 1
+        found.append(k)
+    return tuple(found)
 
 
 def allocate(banks: list[int], scores: list[float], size: int) -> list[int]:
