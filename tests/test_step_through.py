@@ -271,8 +271,49 @@ def test_a_view_over_budget_is_cut_further_or_refused(torch_engine, monkeypatch)
     assert view["caps"] == {"head": 32, "width": 128, "hidden": 256}
     assert len(view["truncated"]) == 3  # Q/K/V, d_model-wide vectors, feed-forward units
     monkeypatch.setattr(module, "MAX_BYTES", 1000)  # not even the scores fit
-    with pytest.raises(UserError, match=r"would take [\d.]+ MB, over the 0.001 MB"):
+    with pytest.raises(UserError, match=r"would take at least [\d.]+ MB, over the 0.001 MB"):
         engine_view(engine, SENTENCE)
+
+
+def test_the_size_of_the_scores_is_what_the_view_holds_of_them(torch_engine):
+    from transformer.inspect.step_page import engine_view, model_facts
+    from transformer.inspect.step_view import scores_bytes
+
+    engine = random_engine(torch_engine, "small", n_encoder_layers=2, n_decoder_layers=1,
+                           max_positions=48)  # fmt: skip
+    view = engine_view(engine, SENTENCE)
+    held = sum(len(attention[m]["data"]) for stack in ("encoder", "decoder")
+               for layer in view[stack] for kind in ("self", "cross") if kind in layer
+               for attention in [layer[kind]] for m in ("scores", "scaled", "weights"))  # fmt: skip
+    S, T = len(view["source"]["ids"]), len(view["target"]["ids"])
+    assert scores_bytes(S, T, model_facts(engine)) == held
+
+
+def test_a_view_that_cannot_fit_is_refused_before_the_work_it_would_waste(
+    torch_engine, monkeypatch
+):
+    from transformer.inspect import step_page, step_view
+    from transformer.inspect.step_page import engine_view, model_facts
+
+    engine = random_engine(torch_engine, "small", n_encoder_layers=1, n_decoder_layers=1,
+                           max_positions=48)  # fmt: skip
+    searched, built = [], []
+    trace, view = step_page.trace_sentence, step_view._view
+    monkeypatch.setattr(step_page, "trace_sentence", lambda *a: searched.append(1) or trace(*a))
+    monkeypatch.setattr(step_view, "_view", lambda *a: built.append(1) or view(*a))
+    S = len(engine.tokenizers.src.encode(SENTENCE)) + 1
+    facts = model_facts(engine)
+    # min_len 40: at least 40 tokens out, too many for the budget: no search at all
+    monkeypatch.setattr(step_view, "MAX_BYTES", step_view.scores_bytes(S, 41, facts) - 1)
+    with pytest.raises(UserError, match=r"\(\d+ tokens in, at least 40 out\) would take at "):
+        engine_view(engine, SENTENCE, replace(engine.decode, min_len=40, max_len_b=47))
+    assert searched == [] and built == []
+    # min_len 20 fits, but the random model's output runs to the limit of 47 tokens: searched
+    # once, and refused before any of the view is built
+    monkeypatch.setattr(step_view, "MAX_BYTES", step_view.scores_bytes(S, 21, facts))
+    with pytest.raises(UserError, match=r"\(\d+ tokens in, 47 out\) would take [\d.]+ MB"):
+        engine_view(engine, SENTENCE, replace(engine.decode, min_len=20, max_len_b=47))
+    assert searched == [1] and built == []
 
 
 # -------------------------------------------------------------------------------- bad input

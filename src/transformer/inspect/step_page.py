@@ -14,12 +14,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..config import DecodeConfig
+from ..data.batching import encode_source
 from ..errors import UserError
 from ..files import check_output, write_bytes
 from ..inference.engine import TorchEngine
 from ..inference.search import Stopped
 from ..model_dir.layout import model_dir_of
-from .step_view import step_view
+from .step_view import check_fits, step_view
 from .trace import trace_sentence
 
 PAGE = Path(__file__).parent / "page"
@@ -59,8 +60,13 @@ def engine_view(
     stopped: Stopped | None = None,
 ) -> dict:  # fmt: skip
     """The step-through data of ``sentence`` through ``engine``'s model (what serve sends);
-    ``stopped(0)``: nobody waits for it any more (the search ends at its next step)."""
-    return step_view(trace_sentence(engine, sentence, decode, stopped), model_facts(engine))
+    ``stopped(0)``: nobody waits for it any more (the search ends at its next step). A view
+    that cannot fit whatever the search finds is refused before the search."""
+    facts, decode = model_facts(engine), decode or engine.decode
+    S = len(encode_source(engine.tokenizers.src.encode(sentence)))
+    shortest = min(decode.min_len, engine.model.config.max_positions - 1)
+    check_fits(S, shortest, facts, least=True)
+    return step_view(trace_sentence(engine, sentence, decode, stopped), facts)
 
 
 def check_destination(out: Path, force: bool, model_dir: str | Path) -> None:

@@ -5,8 +5,10 @@ little-endian float32 (exactly the model's float32 numbers; -inf where a mask bl
 ``shape`` what is embedded and ``full`` the model's size before truncation. Wide matrices are
 cut to their first columns (``Caps``) so that the file stays small; the page says which were
 cut, and every mean, standard deviation and count is taken over the full width first. If the
-data is larger than ``MAX_BYTES``, the caps are halved until it fits; a sentence whose score
-matrices alone would not fit is refused.
+data is larger than ``MAX_BYTES``, the caps are halved until it fits. The attention scores are
+never cut (T² per head and layer): a sentence whose scores alone would not fit is refused, by
+``check_fits`` before its search where its shortest output (``min_len``) is already too long,
+and after it, before any of the view is built, where its output is.
 
 Shapes: S source length, T decoder inputs, H heads, Dh head width, D model width, F
 feed-forward width, V target vocabulary, P positions plotted, C plotted dimensions.
@@ -50,18 +52,43 @@ def step_view(trace: Trace, model_facts: dict, caps: Caps = Caps()) -> dict:  # 
         trace: from ``trace_sentence``.
         model_facts: the model's config as a dict, and its parameter count under "parameters".
     """
+    S, T = len(trace.source.ids), len(trace.target.ids)
+    check_fits(S, T - 1, model_facts)
     while True:
         view = _view(trace, model_facts, caps)
         size = len(json.dumps(view))
         if size <= MAX_BYTES:
             return view
-        if caps == caps.halved():  # the score matrices alone are too large: T² per head
-            raise UserError(
-                f"the step-through view of this sentence ({len(trace.source.ids)} tokens in, "
-                f"{len(trace.target.ids)} out) would take {size / 1e6:.1f} MB, over the "
-                f"{MAX_BYTES / 1e6:g} MB it may; try a shorter sentence or --decode.max_len_b"
-            )
+        if caps == caps.halved():  # the rest of the view, with the scores
+            raise _too_large(S, f"{T - 1}", size)
         caps = caps.halved()
+
+
+def check_fits(S: int, out: int, model_facts: dict, least: bool = False) -> None:
+    """Refuses the view of a sentence of ``S`` tokens (pieces + </s>) and ``out`` output tokens
+    (with ``least``, at least that many) whose attention scores alone are over ``MAX_BYTES``."""
+    size = scores_bytes(S, out + 1, model_facts)  # the decoder reads <s> + the output
+    if size > MAX_BYTES:
+        raise _too_large(S, f"at least {out}" if least else f"{out}", size, least)
+
+
+def scores_bytes(S: int, T: int, model_facts: dict) -> int:
+    """What the view's attention scores take, at any caps: in every attention, the scores, the
+    scaled scores and the weights, (H, Tq, Tk) float32 each, in base64."""
+    heads = model_facts["n_heads"]
+
+    def three(q: int, k: int) -> int:
+        return 3 * 4 * -(-(4 * heads * q * k) // 3)  # base64: 4 characters per 3 bytes
+
+    encoder, decoder = model_facts["n_encoder_layers"], model_facts["n_decoder_layers"]
+    return encoder * three(S, S) + decoder * (three(T, T) + three(T, S))
+
+
+def _too_large(S: int, out: str, size: int, least: bool = False) -> UserError:
+    at = "at least " if least else ""
+    return UserError(f"the step-through view of this sentence ({S} tokens in, {out} out) would "
+                     f"take {at}{size / 1e6:.1f} MB, over the {MAX_BYTES / 1e6:g} MB it may; try "
+                     "a shorter sentence, or a lower min_len or max_len_b")  # fmt: skip
 
 
 def matrix(x: Tensor, columns: int | None = None) -> dict:
