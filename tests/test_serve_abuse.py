@@ -295,3 +295,48 @@ def test_an_attention_view_whose_client_left_stops_its_search(torch_engine, capl
     lines = [json.loads(r.message) for r in caplog.records if r.name.endswith("access")]
     assert [line["status"] for line in lines if line["path"] == path] == [499]
     assert "Traceback" not in caplog.text and "never retrieved" not in caplog.text
+
+
+@pytest.mark.slow
+def test_texts_that_make_more_sentences_than_the_queue_holds_are_refused_not_retried(
+    torch_engine,
+):
+    # 200 sentences in one document: a retry could never fit a queue of 64 (it was a 429)
+    with client_for(torch_engine, max_queue=64) as client:
+        body = {"sentences": ["one. " * 199 + "one."], "document": True}
+        answer = client.post("/translate", json=body)
+    assert_error(answer, 422, "invalid_request", "200 sentences", "serve.max_queue")
+
+
+@pytest.mark.slow
+def test_planning_is_dropped_for_a_client_that_left_and_counts_in_the_timeout(
+    torch_engine, monkeypatch
+):
+    from transformer.serve import texts
+
+    planned = []
+
+    def slow_plan(*args):  # each text takes 1 s to read
+        planned.append(time.monotonic())
+        time.sleep(1.0)
+        return plan_for(*args)
+
+    plan_for = texts.plan_for
+    monkeypatch.setattr(texts, "plan_for", slow_plan)
+    body = {"sentences": ["one. two."], "document": True}
+    with served_in_a_thread(torch_engine) as port:
+        first = _request("127.0.0.1", port, body)
+        time.sleep(0.3)  # being planned
+        gone = [_request("127.0.0.1", port, body) for _ in range(3)]  # waiting for the planner
+        time.sleep(0.2)
+        for sock in gone:
+            sock.close()
+        assert first.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(1.5)  # what a leftover plan would take
+    assert len(planned) == 1, planned  # the three that left were never planned
+    with client_for(torch_engine, timeout=0.5) as client:
+        start = time.monotonic()
+        late = client.post("/translate", json=body)
+        waited = time.monotonic() - start
+    assert_error(late, 504, "timeout", "serve.timeout")
+    assert waited < 0.9, waited  # not the 1 s of planning, then the search

@@ -166,7 +166,7 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
                            "with document, output_format jsonl, flag_below or markup")  # fmt: skip
         found, together = await translate_texts_request(
             served.engine, sentences, decode, body.prefix, bool(body.document), jsonl,
-            body.flag_below, lambda job: _answer(served, job, request),
+            body.flag_below, lambda job, abandon=None: _answer(served, job, request, abandon),
             lambda parts, search, forced: served.batcher.translate(parts, search, forced),
             served.batcher.call,
             lambda parts, search, rerun, forced: _check_search(served, parts, forced, search,
@@ -310,9 +310,14 @@ async def step_page() -> HTMLResponse:
     return HTMLResponse(page_html(None, "/steps/"), headers=_PAGE_HEADERS)
 
 
-async def _answer(served: Served, future_of: Callable[[], Future], request: Request) -> Any:
+async def _answer(
+    served: Served, future_of: Callable[[], Future], request: Request,
+    abandon: Callable[[Future], object] | None = None,
+) -> Any:  # fmt: skip
     """What the worker returns for a job, as the API's errors when it cannot; a job whose
-    client left or whose time ran out is abandoned (no more work on it)."""
+    client left or whose time ran out is abandoned (no more work on it): by the batcher, or
+    by ``abandon`` for another executor's job. A request's jobs (planning, searching, scoring)
+    share one ``serve.timeout``, counted from its first."""
     try:
         future = future_of()
     except QueueFull as error:
@@ -321,13 +326,16 @@ async def _answer(served: Served, future_of: Callable[[], Future], request: Requ
     except ShuttingDown as error:
         raise ApiError(503, "shutting_down", str(error)) from None
     timeout = served.config.timeout
+    if not hasattr(request.state, "deadline"):
+        request.state.deadline = time.monotonic() + timeout
+    left_s = max(request.state.deadline - time.monotonic(), 0.0)
     result, left = asyncio.wrap_future(future), asyncio.ensure_future(_client_left(request))
     try:
-        await asyncio.wait({result, left}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({result, left}, timeout=left_s, return_when=asyncio.FIRST_COMPLETED)
     finally:
         left.cancel()
     if not result.done():
-        served.batcher.abandon(future)
+        (abandon or served.batcher.abandon)(future)
         if left.done() and not left.cancelled():
             raise ApiError(CLIENT_GONE, "client_closed_request", "the client left")
         message = f"no answer within {timeout:g} s (serve.timeout); try again later"
@@ -353,6 +361,10 @@ def _check_cost(served: Served, cost: Cost, advice: str) -> None:
 def _check_search(served: Served, sentences: list[str], prefixes: list[str] | None,
                   decode: DecodeConfig, rerun: int = 0,
                   glossary: Glossary | None = None) -> None:  # fmt: skip
+    if len(sentences) > served.config.max_queue:  # a document's or a marked-up text's
+        raise ApiError(422, "invalid_request", f"these texts make {len(sentences):,} sentences to "
+                       f"translate; this server queues at most {served.config.max_queue:,} "
+                       "(serve.max_queue): send fewer or shorter texts")  # fmt: skip
     cost = translation_cost(served.engine.tokenizers, sentences, prefixes, decode,
                             served.max_positions, rerun, glossary)  # fmt: skip
     _check_cost(served, cost, "send fewer sentences or shorter prefixes or terms, or a smaller "

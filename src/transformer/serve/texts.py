@@ -12,7 +12,6 @@ probabilities. The answer has the usual fields, plus, with ``jsonl``, ``log_prob
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,7 +23,7 @@ from ..inference.confidence import confidences
 from ..inference.engine import Engine
 from ..inference.markup import MarkupError
 from ..inference.search import Stopped
-from ..inference.texts import TextOut, aligned, check_options, plan_for, put_back, record
+from ..inference.texts import Plan, TextOut, aligned, check_options, plan_for, put_back, record
 from .errors import ApiError
 
 # Cutting texts into sentences (pysbd) and reading markup take up to a second for the largest
@@ -54,26 +53,29 @@ async def translate_texts_request(
     document: bool,
     jsonl: bool,
     flag_below: float | None,
-    queue: Callable[[Callable[[], Future]], Awaitable[Any]],
+    queue: Callable[..., Awaitable[Any]],
     translate_job: Callable[[list[str], DecodeConfig, list[str] | None], Future],
     call_job: Callable[[Callable[[Stopped], Any]], Future],
     check_cost: Callable[[list[str], DecodeConfig, int, list[str] | None], None],
     markup: str = "text",
 ) -> tuple[list[dict], int]:
     """The texts translated (``put_back``) as dicts of SentenceTranslation's fields, and the
-    batch's sentence count. ``queue(job)`` waits for a job (app.py's ``answer``);
+    batch's sentence count. ``queue(job, abandon=None)`` waits for a job (app.py's ``answer``):
+    the planning, on ``PLANNER`` (dropped there if it has not started when its client leaves
+    or its time runs out), then the batcher's;
     ``translate_job(parts, search, prefixes)`` and ``call_job(function)`` make one (the
     batcher's); ``check_cost(parts, search, rerun, prefixes)`` refuses what is over the server's
     budget, ``rerun`` being the passes over each translation after the search (the words'
     probabilities). ``prefixes``: one per part (``Plan.part_prefixes``)."""
     check_request(decode, document, jsonl, flag_below is not None, prefixes, markup)
-    try:
-        p = await asyncio.get_running_loop().run_in_executor(
-            PLANNER, plan_for, engine, texts, document, markup
-        )
-    except MarkupError as error:
-        raise ApiError(422, "invalid_request", f"sentences.{error.text}: line {error.line}: "
-                       f"{error.reason}") from None  # fmt: skip
+
+    def planned() -> Plan:
+        try:
+            return plan_for(engine, texts, document, markup)
+        except MarkupError as error:
+            raise UserError(f"sentences.{error.text}: line {error.line}: {error.reason}") from None
+
+    p = await queue(lambda: PLANNER.submit(planned), Future.cancel)
     search = aligned(p, decode, engine.name)  # markup asks for alignments: they cost passes
     scored = jsonl or flag_below is not None  # the words' probabilities: one pass more
     forced = p.part_prefixes(prefixes)
