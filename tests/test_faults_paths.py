@@ -26,6 +26,7 @@ import pytest
 
 from transformer.config import ModelConfig
 from transformer.data import readers
+from transformer.errors import UserError
 from transformer.files import mark_folder
 from transformer.inspect.info import parameter_table
 from transformer.model import Transformer
@@ -102,6 +103,18 @@ def test_a_line_longer_than_the_bound_is_refused(home, monkeypatch, where):
     before = snapshot(home)
     one_line_error(cli(*args, stdin=stdin), 2, f"{name}: line 2 is longer than 1,000 bytes")
     assert snapshot(home) == before
+
+
+def test_a_prefix_the_target_vocabulary_cannot_spell_is_refused(home):
+    """It was forced as the unknown piece: "Zebra!" began the translation " ⁇ e ⁇ ra ⁇ "."""
+    (home / "p.txt").write_text("douze\nZebra!\n")
+    refused(home, ["translate", str(home / "M"), "-i", str(home / "in.txt"), "--prefix",
+                   str(home / "p.txt"), "-o", str(home / "out.txt")],
+            "p.txt: line 2", "cannot spell", "'!' 'Z' 'b'")  # fmt: skip
+    from transformer.inference.engine import load_torch_engine
+
+    with pytest.raises(UserError, match=r"^prefix 1 holds characters .* cannot spell: 'Z'"):
+        load_torch_engine(home / "M").translate(["one"], prefixes=["Zoo"])
 
 
 def test_attention_refuses_a_sentence_longer_than_the_models_positions(home):

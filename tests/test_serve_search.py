@@ -128,6 +128,8 @@ def test_score_gives_what_the_engine_gives(torch_engine):
     ("/translate", {"sentences": ["a"], "repetition_penalty": 0}, ["repetition_penalty"]),
     ("/translate", {"sentences": ["a"], "alignment": "yes"}, ["alignment"]),
     ("/attention", {"sentence": "a", "prefix": "quatre-vingt-dix-neuf " * 12}, ["prefix.0"]),
+    ("/translate", {"sentences": ["a"], "prefix": ["Zebra!"]}, ["prefix.0", "cannot spell", "'Z'"]),
+    ("/attention", {"sentence": "a", "prefix": "Zoo"}, ["prefix.0", "cannot spell", "'Z'"]),
     ("/score", {"sources": ["a"], "targets": ["b", "c"]}, ["targets", "2 targets for 1 sources"]),
     ("/score", {"sources": ["a"], "targets": ["quatre-vingt-dix-neuf " * 12]}, ["target 1 has"]),
     ("/score", {"sources": [], "targets": []}, ["sources"]),

@@ -35,7 +35,7 @@ from .evaluate import (
     score_translations,
 )
 from .glossary import Glossary
-from .translate import Translation, TranslationResult
+from .translate import Translation, TranslationResult, prefix_problem
 
 # an engine's translate: (sentences, search or None for its own, prefixes or None)
 Translate = Callable[[list[str], DecodeConfig | None, list[str] | None], TranslationResult]
@@ -92,12 +92,10 @@ def _read_prefixes(engine: Engine, path: str, count: int, input: str) -> list[st
     if len(prefixes) != count:
         raise UserError(f"--prefix {path} has {len(prefixes)} lines but {input} has {count}; "
                         "give one prefix per line (an empty line for none)")  # fmt: skip
-    room = engine.config.model.max_positions - 1
     for number, text in enumerate(prefixes, 1):
-        pieces = len(engine.tokenizers.tgt.encode(text))
-        if pieces > room:
-            raise UserError(f"{path}: line {number} has {pieces} pieces; the model's outputs "
-                            f"hold at most {room}")  # fmt: skip
+        problem = prefix_problem(engine.tokenizers, text, engine.config.model.max_positions)
+        if problem:
+            raise UserError(f"{path}: line {number} {problem}")
     return prefixes
 
 

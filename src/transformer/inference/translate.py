@@ -31,7 +31,7 @@ from ..data.batching import encode_source, length_batches, pad
 from ..data.tokenizer import Tokenizers
 from ..errors import BadValue, UserError
 from ..model.base import EncoderDecoder
-from ..vocab import PAD_ID
+from ..vocab import PAD_ID, UNK_ID
 from .alignment import attach_attention, attach_masking, word_links, word_of_pieces
 from .beam import beam_search
 from .constrained_beam import Terms, constrained_beam_search
@@ -190,6 +190,20 @@ class Translation:
     best_targets: list[tuple[int, int]] | None = None
 
 
+def prefix_problem(tokenizers: Tokenizers, prefix: str, max_positions: int) -> str | None:
+    """Why ``prefix`` cannot begin a translation, to follow its name in a message, or None:
+    more pieces than the model's outputs hold (room for </s>), or characters the target
+    vocabulary cannot spell, which would come out as the unknown piece ⁇ instead."""
+    pieces = tokenizers.tgt.encode(prefix) if prefix.strip() else []
+    if len(pieces) > max_positions - 1:
+        return f"has {len(pieces)} pieces; the model's outputs hold at most {max_positions - 1}"
+    if UNK_ID in pieces:
+        unknown = sorted({c for c in prefix if UNK_ID in tokenizers.tgt.encode(c)})
+        shown = " ".join(repr(c) for c in unknown[:10]) + (" ..." if len(unknown) > 10 else "")
+        return f"holds characters the target vocabulary cannot spell: {shown}"
+    return None
+
+
 @dataclass
 class TranslationResult:
     nbest: list[list[Translation]]  # per input sentence, best first
@@ -291,9 +305,9 @@ def translate_with(
             pieces = [*pieces[: max_positions - 1], pieces[-1]]  # keep the EOS
             truncated.append(i)
         forced = tokenizers.tgt.encode(prefixes[i]) if prefixes and prefixes[i].strip() else []
-        if len(forced) > max_positions - 1:
-            raise UserError(f"prefix {i + 1} has {len(forced)} pieces; the model's outputs hold "
-                            f"at most {max_positions - 1}")  # fmt: skip
+        problem = prefix_problem(tokenizers, prefixes[i], max_positions) if forced else None
+        if problem:
+            raise UserError(f"prefix {i + 1} {problem}")
         todo.append(i)
         ids.append(pieces)
         prefix_ids.append(forced)

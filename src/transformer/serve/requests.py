@@ -9,6 +9,7 @@ from ..errors import BadValue, UserError
 from ..inference.alignment import NO_MASKING
 from ..inference.engine import Engine
 from ..inference.glossary import NO_CONSTRAINED_SEARCH, Glossary
+from ..inference.translate import prefix_problem
 from .errors import ApiError
 from .schema import search_options
 
@@ -44,10 +45,9 @@ def check_prefixes(
         raise ApiError(422, "invalid_request", f"prefix: {len(prefixes)} for {count} sentences; "
                        "give one per sentence ('' for none)")  # fmt: skip
     for i, prefix in enumerate(prefixes):
-        pieces = len(engine.tokenizers.tgt.encode(prefix))
-        if pieces > max_positions - 1:
-            raise ApiError(422, "invalid_request", f"prefix.{i}: {pieces} pieces; the model's "
-                           f"outputs hold at most {max_positions - 1}")  # fmt: skip
+        problem = prefix_problem(engine.tokenizers, prefix, max_positions)
+        if problem:
+            raise ApiError(422, "invalid_request", f"prefix.{i} {problem}")
 
 
 def glossary_of(
