@@ -4,6 +4,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ import time
 import pytest
 import torch
 from sacrebleu.metrics import BLEU
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from transformer.demo import run_demo
 from transformer.inference.engine import load_torch_engine
@@ -206,6 +207,40 @@ def test_average_is_the_mean_of_the_last_checkpoints(numbers_model, capsys):
     assert loaded.model.config == load_checkpoint(numbers_model).model.config
     code, _, err = cli(["average", str(numbers_model), "--last", "99"], capsys)
     assert code == 2 and "--last 99" in err
+
+
+def test_average_refuses_damaged_weights_and_never_replaces_a_users_files(
+    numbers_model, tmp_path, capsys
+):
+    run = tmp_path / "run"
+    shutil.copytree(numbers_model, run)
+    checkpoints = run / "checkpoints"
+    for earlier in checkpoints.glob("average_last*"):  # another test's
+        shutil.rmtree(earlier)
+    # a tensor of shape (1,) in the newest but one: it was broadcast into the mean, exit 0
+    weights = step_checkpoints(checkpoints)[-2] / "model.safetensors"
+    state = load_file(str(weights))
+    name = next(n for n, t in state.items() if t.dim() == 1 and t.numel() > 1)
+    save_file({**state, name: state[name][:1].clone()}, str(weights), {"format": "pt"})
+    code, _, err = cli(["average", str(run), "--last", "2"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert str(weights) in err and f"{name} has shape (1,)" in err
+    assert not (checkpoints / "average_last2").exists()
+    # a folder of the user's where the average would go: refused, every file kept
+    mine = checkpoints / "average_last1"
+    mine.mkdir()
+    (mine / "notes.md").write_text("mine")
+    code, _, err = cli(["average", str(run), "--last", "1"], capsys)
+    assert code == 2 and "notes.md" in err and (mine / "notes.md").read_text() == "mine"
+    (mine / "notes.md").unlink()
+    (checkpoints / "average_last1.txt").write_text("x")
+    os.symlink(checkpoints / "average_last1.txt", checkpoints / "average_last3")
+    code, _, err = cli(["average", str(run), "--last", "3"], capsys)
+    assert code == 2 and "not a folder average made" in err
+    # an earlier average (an empty folder, too) is replaced
+    for _ in range(2):
+        code, out, err = cli(["average", str(run), "--last", "1"], capsys)
+        assert code == 0 and "average_last1" in out, err
 
 
 @pytest.mark.slow

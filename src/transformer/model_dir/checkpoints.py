@@ -238,14 +238,21 @@ def resume_point(checkpoints: Path) -> tuple[Path, dict] | None:
 
 
 # ------------------------------------------------------------------------------ averaging
-def average_weights(folders: list[Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of the weights in ``folders`` (computed in float64)."""
+def average_weights(folders: list[Path], shapes: dict[str, torch.Size]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the weights in ``folders`` (computed in float64), each of which must
+    hold exactly the tensors ``shapes`` names, of those shapes (the model's: a tensor of another
+    shape would be broadcast into the mean, or fail half-way)."""
     total: dict[str, torch.Tensor] = {}
     for folder in folders:
         state = read_weights(folder / WEIGHTS)
-        if total and set(state) != set(total):
-            raise UserError(f"{folder}: its weights do not match those of {folders[0]}")
+        if set(state) != set(shapes):
+            raise UserError(f"{folder}: its weights do not match those of {folders[-1]}")
         for name, tensor in state.items():
+            if tensor.shape != shapes[name]:
+                raise UserError(
+                    f"{folder / WEIGHTS}: {name} has shape {tuple(tensor.shape)}, "
+                    f"the model {tuple(shapes[name])}: the checkpoint is damaged"
+                )
             total[name] = total.get(name, 0) + tensor.double()
     return {name: (t / len(folders)).float() for name, t in total.items()}
 
@@ -264,10 +271,18 @@ def average_last(model_dir: Path, last: int) -> Path:
         raise UserError(f"{model_dir} has no step checkpoints to average")
     if last < 1 or last > len(folders):
         raise UserError(f"--last {last}: {model_dir} has {len(folders)} step checkpoints")
-    chosen = folders[-last:]
+    chosen, out = folders[-last:], checkpoints / f"average_last{last}"
+    # replaced whole, so only where it is an earlier average: its two files and nothing else
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise UserError(f"{out} exists and is not a folder average made; nothing is replaced: "
+                        "move it elsewhere")  # fmt: skip
+    foreign = sorted({p.name for p in out.iterdir()} - {WEIGHTS, CONFIG}) if out.is_dir() else []
+    if foreign:
+        raise UserError(f"{out} holds {', '.join(foreign)}, which average did not make; nothing "
+                        "in it is replaced: move them out of it")  # fmt: skip
     loaded = load_checkpoint(chosen[-1])
-    averaged = average_weights(chosen)
+    averaged = average_weights(chosen, {k: v.shape for k, v in model_state(loaded.model).items()})
     with torch.no_grad():
         for name, param in loaded.model.named_parameters():
             param.copy_(averaged[name])
-    return save_checkpoint(checkpoints, f"average_last{last}", loaded.model, loaded.config, None)
+    return save_checkpoint(checkpoints, out.name, loaded.model, loaded.config, None)
