@@ -42,7 +42,7 @@ from transformer.config import DecodeConfig
 from transformer.data.batching import encode_source
 from transformer.data.tokenizer import Tokenizers
 from transformer.inference import translate_ids
-from transformer.model_dir.checkpoints import load_checkpoint
+from transformer.model_dir.checkpoints import load_checkpoint, read_config
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -127,7 +127,7 @@ def translation(folder: Path, out: Path, sentences: list[str], rounds: int) -> l
     hf = MarianMTModel.from_pretrained(folder).eval()
     tokenizer = MarianTokenizer.from_pretrained(folder)
     ours = load_checkpoint(out).model
-    tokenizers = Tokenizers.load(out)
+    tokenizers = Tokenizers.load(out, read_config(out).model.vocab_sizes)
     ids = [encode_source(tokenizers.src.encode(s)) for s in sentences]
     order = sorted(range(len(sentences)), key=lambda i: len(ids[i]))
     pieces = tokenizers.tgt.vocabulary()

@@ -26,7 +26,7 @@ from transformer.data.batching import encode_source
 from transformer.data.tokenizer import Tokenizers
 from transformer.inference import translate_ids
 from transformer.inference.evaluate import score_translations
-from transformer.model_dir.checkpoints import average_last, load_checkpoint
+from transformer.model_dir.checkpoints import average_last, load_checkpoint, read_config
 from transformer.model_dir.runs import read_metrics
 from transformer.training.loop import train
 
@@ -76,7 +76,7 @@ def main() -> None:
     rows = read_metrics(out)
     plot_losses(rows, RESULTS / "multi30k_loss.png")
 
-    tokenizers = Tokenizers.load(out)
+    tokenizers = Tokenizers.load(out, read_config(out).model.vocab_sizes)
     test = load_splits(config.data).test
     sources, references = [s for s, _ in test], [t for _, t in test]
     averaged = average_last(out, 5)

@@ -30,7 +30,7 @@ from transformer.data.tokenizer import Tokenizers
 from transformer.device import native_bf16_cpu
 from transformer.inference.evaluate import score_translations
 from transformer.inference.translate import translate
-from transformer.model_dir.checkpoints import load_checkpoint, read_index
+from transformer.model_dir.checkpoints import load_checkpoint, read_config, read_index
 from transformer.model_dir.runs import read_metrics
 from transformer.training.loop import train
 
@@ -41,7 +41,9 @@ def test_bleu(run: Path, name: str, sources: list[str], references: list[str]) -
     """Test BLEU of the checkpoint ``name`` (a step folder) of ``run``, beam 4, in fp32."""
     loaded = load_checkpoint(run / "checkpoints" / name)
     decode = replace(loaded.config.decode, beam_size=4, nbest=1)
-    hypotheses = translate(loaded.model, Tokenizers.load(run), sources, decode).best
+    hypotheses = translate(
+        loaded.model, Tokenizers.load(run, read_config(run).model.vocab_sizes), sources, decode
+    ).best
     return next(s.score for s in score_translations(hypotheses, references) if s.name == "BLEU")
 
 

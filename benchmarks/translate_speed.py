@@ -270,7 +270,7 @@ def prepare(args: argparse.Namespace, bench: Path) -> list[str]:
 
         loaded = load_checkpoint(Path(args.model))
         pairs = load_splits(loaded.config.data).test[: args.limit]
-        src = Tokenizers.load(args.model).src
+        src = Tokenizers.load(args.model, read_config(args.model).model.vocab_sizes).src
         limit = loaded.config.model.max_positions
         sentences = [encode_source(src.encode(s))[-limit:] for s, _ in pairs]
         references = [t for _, t in pairs]
@@ -340,7 +340,7 @@ def table(args: argparse.Namespace, rows: list[dict], probes: list, references: 
     if references:
         from transformer.data.tokenizer import Tokenizers
 
-        tgt = Tokenizers.load(args.model).tgt
+        tgt = Tokenizers.load(args.model, read_config(args.model).model.vocab_sizes).tgt
     c = fixed_config(args)
     name = f"`{args.size}` size" if args.size else f"`{args.preset}` preset"
     what = (f"`{args.model}`, its test split ({len(references)} sentences), natural lengths"

@@ -215,12 +215,14 @@ def _written(run: Path, tmp_path: Path) -> tuple[Path, list[Example]]:
 def test_binarized_dataset_reads_back_the_ids_that_were_written(one_step_run, tmp_path):
     from transformer.data.corpora import load_splits
     from transformer.data.tokenizer import Tokenizers
+    from transformer.model_dir.checkpoints import read_config
     from transformer.training.prepare import encode_pairs
 
     folder, examples = _written(one_step_run, tmp_path)
     cfg = train_config(TINY)
     pairs = load_splits(cfg.data).train
-    expected, _ = encode_pairs(pairs, Tokenizers.load(one_step_run), max_len=10**6)
+    tokenizers = Tokenizers.load(one_step_run, read_config(one_step_run).model.vocab_sizes)
+    expected, _ = encode_pairs(pairs, tokenizers, max_len=10**6)
     assert len(examples) == len(expected) == 300
     assert examples == expected
     meta = json.loads((folder / "meta.json").read_text())

@@ -117,6 +117,23 @@ def test_a_prefix_the_target_vocabulary_cannot_spell_is_refused(home):
         load_torch_engine(home / "M").translate(["one"], prefixes=["Zoo"])
 
 
+@pytest.mark.parametrize("command", ["translate", "evaluate", "export"])
+def test_a_tokenizer_that_does_not_fit_the_model_is_refused(home, command):
+    """Another model's tokenizer copied in (or the two sides' swapped): "ninety-one" translated
+    as "thi" with exit 0, and other words gave an IndexError from the embedding."""
+    from transformer.config import DataConfig
+    from transformer.data.tokenizer import Tokenizers
+
+    pairs = [("one two three four", "un deux trois quatre"), ("five six", "cinq six")] * 20
+    other = Tokenizers.train(pairs, DataConfig(vocab_size=30))
+    (home / "M" / "tokenizer" / "joint.model").write_bytes(other.src.model)
+    args = {"translate": ["-i", str(home / "in.txt"), "-o", str(home / "out.txt")],
+            "evaluate": ["--src", str(home / "in.txt"), "--ref", str(home / "ref.txt")],
+            "export": ["--to", "huggingface", str(home / "E")]}[command]  # fmt: skip
+    refused(home, [command, str(home / "M"), *args], "joint.model has 30 pieces", "src_vocab_size",
+            "not the tokenizer the model was trained with")  # fmt: skip
+
+
 def test_attention_refuses_a_sentence_longer_than_the_models_positions(home):
     """It drew the attention of the sentence cut to the model's positions, without a word, and
     took hours over 82 figures of that size; explain refused the same sentence."""

@@ -18,6 +18,7 @@ from transformer.inference.constrained_beam import constrained_beam_search
 from transformer.inference.constraints import TermState, allocate
 from transformer.inference.glossary import Glossary
 from transformer.inference.translate import translate_ids
+from transformer.model_dir.checkpoints import read_config
 from transformer.vocab import EOS_ID
 
 from helpers import (
@@ -288,7 +289,7 @@ def test_the_ctranslate2_engine_refuses_a_glossary_in_one_line(numbers_model, tm
 
 def test_no_room_for_the_terms_is_said_for_that_line(numbers_model, tmp_path, glossary):
     # Two terms that fit the model's 47 output tokens each, but not together.
-    tgt = Tokenizers.load(numbers_model).tgt
+    tgt = Tokenizers.load(numbers_model, read_config(numbers_model).model.vocab_sizes).tgt
     longest = max(n for n in range(1, 48) if len(tgt.encode("sept " * n)) <= 47)
     assert 2 * len(tgt.encode("sept " * longest)) > 47
     source = tmp_path / "in.en"

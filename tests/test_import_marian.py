@@ -32,7 +32,7 @@ from transformer.data.tokenizer import Tokenizers
 from transformer.hub import import_marian
 from transformer.hub.marian_import import CHECKPOINT
 from transformer.inference import translate_ids
-from transformer.model_dir.checkpoints import load_checkpoint
+from transformer.model_dir.checkpoints import load_checkpoint, read_config
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
 from helpers import Result, cli, cli_process, one_line_error, snapshot
@@ -91,7 +91,7 @@ def load(imported):
     folder, out, shape = imported
     hf, tokenizer = load_hf(folder)
     ours = load_checkpoint(out).model
-    tokenizers = Tokenizers.load(out).for_target_language(
+    tokenizers = Tokenizers.load(out, read_config(out).model.vocab_sizes).for_target_language(
         shape.languages[0] if shape.languages else ""
     )
     return hf, tokenizer, ours, tokenizers, shape

@@ -22,7 +22,7 @@ from transformer.config import TrainConfig
 from transformer.data.batching import encode_source, pad
 from transformer.data.tokenizer import Tokenizers
 from transformer.hub import import_marian
-from transformer.model_dir.checkpoints import load_checkpoint
+from transformer.model_dir.checkpoints import load_checkpoint, read_config
 from transformer.training.loop import train
 from transformer.training.schedule import learning_rate
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -97,7 +97,7 @@ def test_fine_tuning_a_model_trained_here_starts_from_it(numbers_model, tmp_path
     train(train_config(args), tmp_path / "run", progress=False)
     seen = validations(tmp_path / "run")
     start = load_checkpoint(numbers_model).model  # the best checkpoint, as --init_from takes
-    tokenizers = Tokenizers.load(numbers_model)
+    tokenizers = Tokenizers.load(numbers_model, read_config(numbers_model).model.vocab_sizes)
     pairs = number_words()[1][:40]
     src = pad([encode_source(tokenizers.src.encode(s)) for s, _ in pairs])
     targets = [tokenizers.tgt.encode(t) for _, t in pairs]

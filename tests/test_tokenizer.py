@@ -75,7 +75,7 @@ def test_decode_ignores_pad_bos_eos_and_shows_unknowns(joint):
 def test_save_and_load_give_identical_ids(joint):
     tokenizers, model_dir, _ = joint
     assert sorted(p.name for p in (model_dir / "tokenizer").iterdir()) == ["joint.model"]
-    loaded = Tokenizers.load(model_dir)
+    loaded = Tokenizers.load(model_dir, (tokenizers.src.vocab_size,) * 2)
     assert loaded.joint and loaded.src.vocab_size == tokenizers.src.vocab_size
     for sentence in ENGLISH + FRENCH + ["an unseen sentence, with Ünïcödé!"]:
         assert loaded.src.encode(sentence) == tokenizers.src.encode(sentence)
@@ -103,7 +103,7 @@ def test_separate_vocabularies(tmp_path):
     assert sorted(p.name for p in (tmp_path / "tokenizer").iterdir()) == ["src.model", "tgt.model"]
     assert UNK_ID in tokenizers.src.encode("dîner")  # î only occurs on the French side
     assert UNK_ID not in tokenizers.tgt.encode("dîner")
-    loaded = Tokenizers.load(tmp_path)
+    loaded = Tokenizers.load(tmp_path, (tokenizers.src.vocab_size, tokenizers.tgt.vocab_size))
     assert loaded.tgt.encode(FRENCH[4]) == tokenizers.tgt.encode(FRENCH[4])
     # Retraining with a joint vocabulary replaces both files.
     trained(PAIRS, DATA, tmp_path)
@@ -123,11 +123,11 @@ def test_too_small_vocab_is_a_clear_error():
 
 def test_load_errors_name_the_folder_or_file(tmp_path):
     with pytest.raises(UserError, match=r"no tokenizer in .*tokenizer: expected joint.model"):
-        Tokenizers.load(tmp_path)
+        Tokenizers.load(tmp_path, (8, 8))
     (tmp_path / "tokenizer").mkdir()
     (tmp_path / "tokenizer" / "joint.model").write_bytes(b"not a model")
     with pytest.raises(UserError, match=r"joint\.model: not a SentencePiece model"):
-        Tokenizers.load(tmp_path)
+        Tokenizers.load(tmp_path, (8, 8))
     with pytest.raises(UserError, match="file not found"):
         Tokenizer.load(tmp_path / "missing.model")
 

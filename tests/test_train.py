@@ -15,7 +15,7 @@ import torch
 
 from transformer.cli import main
 from transformer.config import DecodeConfig
-from transformer.data.tokenizer import Tokenizers
+from transformer.data.tokenizer import Tokenizer, Tokenizers
 from transformer.errors import UserError
 from transformer.inference.translate import translate
 from transformer.model_dir.checkpoints import load_checkpoint, read_index
@@ -62,7 +62,7 @@ def test_a_tiny_model_learns_to_reverse_sequences(tmp_path):
     ])  # fmt: skip
     train(cfg, tmp_path / "run", progress=False)
     loaded = load_checkpoint(tmp_path / "run")
-    tokenizers = Tokenizers.load(tmp_path / "run")
+    tokenizers = Tokenizers.load(tmp_path / "run", loaded.config.model.vocab_sizes)
     rng = random.Random(99)
     tests = [" ".join(rng.choice("abcdefgh") for _ in range(rng.randint(3, 7))) for _ in range(50)]
     result = translate(loaded.model, tokenizers, tests, DecodeConfig(beam_size=1))
@@ -301,7 +301,8 @@ def test_metrics_log_and_checkpoint_contents(tmp_path):
         "trainer.pt",
     ]
     saved = json.loads((folder / "config.json").read_text())
-    assert saved["model"]["src_vocab_size"] == Tokenizers.load(tmp_path / "run").src.vocab_size
+    src = Tokenizer.load(tmp_path / "run/tokenizer/src.model")
+    assert saved["model"]["src_vocab_size"] == src.vocab_size
     assert os.path.exists(tmp_path / "run/tokenizer/src.model")
 
 

@@ -137,6 +137,11 @@ class ModelConfig:
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def vocab_sizes(self) -> tuple[int, int]:
+        """(source, target) ids: the pieces its tokenizers must have (``Tokenizers.load``)."""
+        return self.src_vocab_size, self.tgt_vocab_size
+
     def step_products(self) -> int:
         """Multiply-adds of one Transformer decoding step for one row: per decoder layer the
         self-attention's four projections (4·d²), the encoder-decoder attention's query and

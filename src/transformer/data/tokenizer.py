@@ -55,7 +55,7 @@ class Tokenizer:
         found = {i: self.processor.id_to_piece(i) for i in SPECIAL_PIECES if i < size}
         if found != SPECIAL_PIECES:
             raise UserError(f"{name}: special ids must be {SPECIAL_PIECES}, got {found}")
-        self.model = model
+        self.model, self.name = model, name
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
@@ -226,8 +226,11 @@ class Tokenizers:
             remove_tree(folder / name, owner=folder)
 
     @classmethod
-    def load(cls, model_dir: str | Path) -> Tokenizers:
-        """Loads what ``save`` wrote.
+    def load(cls, model_dir: str | Path, sizes: tuple[int, int]) -> Tokenizers:
+        """Loads what ``save`` wrote, for a model whose vocabularies have ``sizes`` (source,
+        target) ids: each tokenizer must have exactly as many pieces as its side's embedding
+        rows. Another model's tokenizer (a file copied over, the two sides swapped) would make
+        ids past the embedding table, or read the model's ids as other words.
 
         Args:
             model_dir: the model's folder (the one holding ``tokenizer/``).
@@ -235,12 +238,16 @@ class Tokenizers:
         folder = Path(model_dir) / TOKENIZER
         if (folder / JOINT_MODEL).is_file():
             joint = Tokenizer.load(folder / JOINT_MODEL)
-            return cls(joint, joint)
-        if (folder / SRC_MODEL).is_file() and (folder / TGT_MODEL).is_file():
-            if (folder / f"src{PIECES_SUFFIX}").is_file():  # an imported Marian model's
-                src, tgt = folder / SRC_MODEL, folder / TGT_MODEL
-                return cls(VocabTokenizer.load(src), VocabTokenizer.load(tgt))
-            return cls(Tokenizer.load(folder / SRC_MODEL), Tokenizer.load(folder / TGT_MODEL))
-        raise UserError(
-            f"no tokenizer in {folder}: expected {JOINT_MODEL}, or {SRC_MODEL} and {TGT_MODEL}"
-        )
+            found = cls(joint, joint)
+        elif (folder / SRC_MODEL).is_file() and (folder / TGT_MODEL).is_file():
+            kind = VocabTokenizer if (folder / f"src{PIECES_SUFFIX}").is_file() else Tokenizer
+            found = cls(kind.load(folder / SRC_MODEL), kind.load(folder / TGT_MODEL))  # Marian's
+        else:
+            raise UserError(f"no tokenizer in {folder}: expected {JOINT_MODEL}, or {SRC_MODEL} "
+                            f"and {TGT_MODEL}")  # fmt: skip
+        for side, tokenizer, size in (("src", found.src, sizes[0]), ("tgt", found.tgt, sizes[1])):
+            if tokenizer.vocab_size != size:
+                raise UserError(f"{tokenizer.name} has {tokenizer.vocab_size:,} pieces but the "
+                                f"model's {side}_vocab_size is {size:,}: it is not the tokenizer "
+                                "the model was trained with")  # fmt: skip
+        return found

@@ -109,7 +109,7 @@ def export_model(
     check_export_replaceable(out, model_dir)
     loaded = load_checkpoint(Path(model_dir), checkpoint, "cpu")
     check_expressible(loaded.config.model)  # an RNN, say: refused before anything is written
-    tokenizers = Tokenizers.load(model_dir_of(loaded.path))
+    tokenizers = Tokenizers.load(model_dir_of(loaded.path), loaded.config.model.vocab_sizes)
     with export_folder(out, model_dir) as staging:
         save_model(loaded.model, tokenizers, loaded.config, staging, quantization, str(loaded.path))
     return ExportInfo(loaded.config, quantization, str(loaded.path), loaded.config.model.n_heads)

@@ -62,7 +62,7 @@ def export_huggingface(model_dir: str | Path, out: str | Path, checkpoint: str =
     folder = resolve_checkpoint(Path(model_dir), checkpoint)
     config = read_config(folder)
     check_exportable(config.model)
-    tokenizers = Tokenizers.load(model_dir_of(folder))
+    tokenizers = Tokenizers.load(model_dir_of(folder), config.model.vocab_sizes)
     with torch.device("meta"):  # the shapes the config gives, checked against the weights
         model = build_model(config.model, str(folder / CONFIG))
     state = weights_of(model, folder / WEIGHTS)

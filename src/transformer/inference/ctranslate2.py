@@ -325,7 +325,8 @@ def load_ctranslate2(
     heads = None  # a model converted here averages every head
     if is_export(path):
         info = read_export(path)
-        tokenizers, config, heads = Tokenizers.load(path), info.config, info.alignment_heads
+        config, heads = info.config, info.alignment_heads
+        tokenizers = Tokenizers.load(path, config.model.vocab_sizes)
         try:
             model = _ct2_model(ct2, path, runtime, info.quantization)
         except (RuntimeError, ValueError, OSError) as error:  # a damaged or incomplete export
@@ -337,7 +338,7 @@ def load_ctranslate2(
             loaded = load_checkpoint(path, checkpoint, "cpu")
             require_transformer(loaded.config.model, "run on the ctranslate2 engine")
             config, path = loaded.config, loaded.path
-            tokenizers = Tokenizers.load(model_dir_of(path))
+            tokenizers = Tokenizers.load(model_dir_of(path), config.model.vocab_sizes)
             with tempfile.TemporaryDirectory(prefix="transformer-ct2-") as folder:
                 save_model(loaded.model, tokenizers, config, Path(folder), "float32", str(path))
                 model = _ct2_model(ct2, Path(folder), runtime, "float32")  # into memory

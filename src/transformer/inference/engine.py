@@ -155,7 +155,7 @@ def load_torch_engine(
     device = prepare_runtime(runtime)
     loaded = load_checkpoint(Path(model_dir), checkpoint, device)
     decode = loaded.config.decode.with_search(**search)
-    tokenizers = Tokenizers.load(model_dir_of(loaded.path))
+    tokenizers = Tokenizers.load(model_dir_of(loaded.path), loaded.config.model.vocab_sizes)
     tokenizers = tokenizers.for_target_language(decode.target_language)
     precision, _ = resolve_precision(runtime.precision, device, loaded.model.width, False)
     packed = 0

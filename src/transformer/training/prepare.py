@@ -59,7 +59,15 @@ class Prepared:
     def written(cls, config: RunConfig, run: RunDir) -> Prepared:
         """What rank 0 prepared and wrote into ``run``, for the other ranks (which neither
         validate nor test): the tokenizers and the binarized training set."""
-        return cls(config, Tokenizers.load(run.root), TokenDataset.open(run.data), [], [], [], {})
+        return cls(
+            config,
+            Tokenizers.load(run.root, config.model.vocab_sizes),
+            TokenDataset.open(run.data),
+            [],
+            [],
+            [],
+            {},
+        )
 
 
 def encode_pairs(
@@ -111,7 +119,7 @@ def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
         check_resumable(run.saved_config(), config)
     splits = stream_splits(config.data)
     if resume:
-        tokenizers = Tokenizers.load(run.root)
+        tokenizers = Tokenizers.load(run.root, config.model.vocab_sizes)
     elif config.train.init_from:
         model, tokenizers = starting_point(config)
         config = replace(config, model=model)
@@ -180,7 +188,7 @@ def starting_point(config: RunConfig) -> tuple[ModelConfig, Tokenizers]:
                 f"(only {', '.join(REGULARISATION)} may be set)"
             )
     model = replace(start, **{key: getattr(config.model, key) for key in REGULARISATION})
-    return model, Tokenizers.load(model_dir_of(folder))
+    return model, Tokenizers.load(model_dir_of(folder), start.vocab_sizes)
 
 
 def _training_set(
