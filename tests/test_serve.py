@@ -189,6 +189,12 @@ def test_invalid_requests_name_the_field_without_echoing_it(torch_engine):
                      "empty")  # fmt: skip
         assert_error(client.get("/nowhere"), 404, "not_found")
         assert_error(client.get("/translate"), 405, "method_not_allowed")
+        # a made-up field's name is the client's text too: shortened, its line breaks escaped
+        for name in ("k" * 60_000, "two\nlines <script>"):
+            sent = client.post("/translate", json={"sentences": ["one"], name: 1})
+            shown = name[:20].replace("\n", "\\n")
+            answer = assert_error(sent, 422, "invalid_request", shown)
+            assert len(answer["message"]) < 200 and "\n" not in answer["message"], answer
 
 
 def test_text_that_is_no_unicode_is_a_422_naming_the_field(torch_engine):

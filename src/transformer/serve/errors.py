@@ -82,7 +82,17 @@ def validation_message(errors: Any) -> str:
     """pydantic's errors as one line that names each field; the values sent are not echoed."""
     parts = []
     for e in list(errors)[:3]:
-        where = ".".join(str(part) for part in e.get("loc", ()) if part != "body") or "body"
+        where = ".".join(_named(part) for part in e.get("loc", ()) if part != "body") or "body"
         parts.append(f"{where}: {e.get('msg', 'invalid')}")
     more = len(errors) - len(parts)
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _named(part: object, most: int = 40) -> str:
+    """A field's name as a message shows it: a key the client made up (an unknown field) is
+    shortened, and its line breaks and other control characters are escaped, so that the
+    message stays one short line (a key of 60,000 characters came back whole)."""
+    text = str(part)
+    if len(text) > most:
+        text = f"{text[:most]}... ({len(text):,} characters)"
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
