@@ -361,6 +361,9 @@ def test_xml_keeps_the_case_of_names_and_comes_out_well_formed():
         ('x\n<t a="&nbsp;">y</t>', "xml", 2, "&nbsp; is not an XML entity"),
         ('<t a="1 < 2"/>', "xml", 1, "bare '<'"),
         ('<t a="R & D">y</t>', "xml", 1, "bare '&'"),
+        ("x\n<t>a &#0; b</t>", "xml", 2, "&#0; is not a character XML allows"),
+        ('<t a="&#xD800;">y</t>', "xml", 1, "&#xD800; is not a character XML allows"),
+        ('<t a="&#1114112;">y</t>', "xml", 1, "&#1114112; is not a character XML allows"),
     ],
 )
 def test_markup_that_cannot_be_kept_is_one_line_naming_its_line(text, kind, line, words):

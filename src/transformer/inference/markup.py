@@ -23,8 +23,8 @@ content the model never sees. In HTML a ``<br>`` and the start and end of a bloc
 The markup must be balanced, HTML too: every element that is not void is closed, in order (the
 end tags HTML lets one leave out, ``</p>`` and ``</li>``, are required). An unclosed or stray
 tag, tags closed out of order, an unfinished tag (``<b`` or ``<b class="x``), and in XML a bare
-``<`` or ``&`` or an entity XML does not define (in the text or in an attribute value) are a
-``MarkupError``: one line naming the line.
+``<`` or ``&``, an entity XML does not define or a reference to a character it does not allow
+(in the text or in an attribute value) are a ``MarkupError``: one line naming the line.
 """
 
 from __future__ import annotations
@@ -64,6 +64,16 @@ class MarkupError(UserError):
 def _not_an_xml_entity(line: int, name: str) -> MarkupError:
     return MarkupError(line, f"&{name}; is not an XML entity (XML has &amp; &lt; &gt; &quot; "
                        "&apos; and numeric references)")  # fmt: skip
+
+
+def _check_xml_character(line: int, reference: str) -> None:
+    """Refuses a character reference to a character XML does not allow (``&#0;``, a surrogate,
+    past U+10FFFF): kept in an attribute as written, it would make the output ill-formed."""
+    digits = reference[2:-1]
+    code = int(digits[1:], 16) if digits[:1] in "xX" else int(digits)
+    if not (code in (0x9, 0xA, 0xD) or 0x20 <= code <= 0xD7FF or 0xE000 <= code <= 0xFFFD
+            or 0x10000 <= code <= 0x10FFFF):  # fmt: skip
+        raise MarkupError(line, f"{reference} is not a character XML allows")
 
 
 @dataclass
@@ -214,6 +224,8 @@ class _Builder:
         raw = self.source[at:end]
         if self.xml and name is not None and name not in XML_ENTITIES and not self.hidden:
             raise _not_an_xml_entity(self._line(at), name)
+        if self.xml and name is None and not self.hidden:
+            _check_xml_character(self._line(at), raw)
         decoded = html.unescape(raw)
         self._text(decoded, [(at, end)] * len(decoded))
 
@@ -232,6 +244,8 @@ class _Builder:
                                   "&amp;")  # fmt: skip
             if name is not None and name not in XML_ENTITIES:
                 raise _not_an_xml_entity(self._line(at), name)
+            if numeric is not None:
+                _check_xml_character(self._line(at), reference.group())
 
     def _element(self, name: str, at: int, end: int, verbatim: bool, block: bool) -> Element:
         parent = self.open[-1] if self.open else None
