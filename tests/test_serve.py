@@ -221,6 +221,16 @@ def test_text_that_is_no_unicode_is_a_422_naming_the_field(torch_engine):
             assert_error(response, 422, "invalid_request", field)
         fine = client.post("/translate", json={"sentences": ["tw\u00e9lve \U0001f600"]})
         assert fine.status_code == 200, fine.text
+        # bytes that are no UTF-8 (it was a 400 naming nothing), and a key given twice (the
+        # parser kept the last, where a proxy in front may have read the first)
+        for body, words in ((b'{"sentences": ["one \xff two"]}', ["byte 0xff at offset 20"]),
+                            (b'{"sentences": ["one"], "sentences": ["two"]}',
+                             ['"sentences" is given twice']),
+                            (b'{"sentences": ["one"], "glossary": [], "x": {"k": 1, "k": 2}}',
+                             ['"k" is given twice'])):  # fmt: skip
+            response = client.post("/translate", content=body,
+                                   headers={"content-type": "application/json"})  # fmt: skip
+            assert_error(response, 422, "invalid_request", *words)
 
 
 @contextmanager

@@ -3,7 +3,10 @@
 ``BodyLimit`` reads the body before the app sees it, up to ``max_bytes``: a larger body (by its
 Content-Length, or by what arrives) is answered 413 at once, and a body that has not arrived
 within ``timeout`` seconds (``serve.body_timeout``: one byte a second is not a client, it is a
-held connection) 408, both with the API's JSON error and ``Connection: close``.
+held connection) 408, both with the API's JSON error and ``Connection: close``. A body that is
+not UTF-8 is a 422 naming the byte (it was a 400 naming nothing), and a JSON body that gives a
+key twice in one object a 422 naming the key: the JSON parser would keep the last one, where a
+proxy or a log in front of the server may have read the first.
 
 ``HeadAsGet`` answers HEAD wherever GET works: the GET route runs and its body is dropped
 (RFC 9110 §9.3.2: the same headers as GET, no content).
@@ -81,6 +84,10 @@ class BodyLimit:
                 return
             more = message.get("more_body", False)
         body, replayed = b"".join(chunks), False
+        problem = _body_problem(body)
+        if problem is not None:
+            await send_json(send, 422, {"error": "invalid_request", "message": problem})
+            return
 
         async def replay() -> Message:
             nonlocal replayed
@@ -107,6 +114,44 @@ class BodyLimit:
 
 
 _CLOSE = {"Connection": "close"}  # the rest of the body is not read: the connection ends
+
+
+class _Twice(Exception):
+    pass
+
+
+def _body_problem(body: bytes) -> str | None:
+    """What makes ``body`` no request (one line), or None: bytes that are not UTF-8 (JSON's
+    encoding), or a key given twice in one object (``_key_given_twice``)."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return (f"body: not valid UTF-8 (byte {body[error.start]:#04x} at offset {error.start}); "
+                "JSON is sent in UTF-8")  # fmt: skip
+    twice = _key_given_twice(body)
+    if twice is not None:
+        return f"body: the key {twice} is given twice in one object; give each key once"
+    return None
+
+
+def _key_given_twice(body: bytes) -> str | None:
+    """The first key that a JSON ``body`` gives twice in one object (shortened, as JSON), or
+    None; a body that is not JSON is left to the app's own errors."""
+
+    def pairs(found: list[tuple[str, Any]]) -> dict:
+        keys = [key for key, _ in found]
+        if len(set(keys)) < len(keys):
+            key = next(k for i, k in enumerate(keys) if k in keys[:i])
+            raise _Twice(json.dumps(key if len(key) <= 40 else key[:40] + "..."))
+        return dict(found)
+
+    try:
+        json.loads(body, object_pairs_hook=pairs)
+    except _Twice as twice:
+        return str(twice)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep: the app's
+        return None
+    return None
 
 
 class HeadAsGet:
