@@ -1,9 +1,10 @@
 """A training run's own files, damaged, through ``train --resume``: a ``trainer.pt`` that still
-unpickles but is not a trainer state.
+unpickles but is not a trainer state, and a binarized training set whose ids are not the ones
+binarize wrote (read as another dtype, or beyond the vocabulary).
 
 A damaged trainer state is skipped for an older checkpoint, as one that does not unpickle is
-(tests/test_faults.py); an optimizer state that does not fit the model is one line naming the
-file, with every file the user had left as it was.
+(tests/test_faults.py); damaged training data, and an optimizer state that does not fit the
+model, are one line naming the file, with every file the user had left as it was.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -79,4 +81,25 @@ def test_an_optimizer_state_that_does_not_fit_the_model_is_one_line(run):
     damage_trainer(damaged, lambda s: {**s, "optimizer": {**s["optimizer"], "param_groups": []}})
     before = snapshot(run)
     one_line_error(resume(run), 2, f"{damaged} is damaged", "does not fit the model")
+    assert snapshot(run) == before
+
+
+# -------------------------------------------------------------------- binarized training set
+@pytest.mark.parametrize("side", ["src", "tgt"])
+def test_an_id_beyond_the_vocabulary_is_refused_naming_the_file(run, side):
+    ids = run / "data" / "train" / f"{side}.bin"
+    array = np.fromfile(ids, dtype=np.uint16)
+    array[5] = 65_000
+    array.tofile(ids)
+    before = snapshot(run)
+    one_line_error(resume(run), 2, f"{ids} is damaged", "id 65,000", f"{side} vocabulary has")
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int16", "uint8"])
+def test_a_dtype_binarize_never_writes_is_refused(run, dtype):
+    meta = run / "data" / "train" / "meta.json"
+    meta.write_text(meta.read_text().replace('"uint16"', f'"{dtype}"'))
+    before = snapshot(run)
+    one_line_error(resume(run), 2, f"{meta} is damaged", f"dtype '{dtype}'")
     assert snapshot(run) == before
