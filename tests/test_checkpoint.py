@@ -1,7 +1,6 @@
 """Checkpoints: exact round trip, index pointers, pruning, and atomic writes."""
 
 import json
-import random
 
 import pytest
 import torch
@@ -11,6 +10,8 @@ from transformer.config import ModelConfig, RunConfig
 from transformer.errors import UserError
 from transformer.model import Transformer
 from transformer.model_dir import checkpoints as ckpt
+from transformer.training.state import TrainerState
+from transformer.training.stream import Position
 
 
 def run_config(**model):
@@ -20,16 +21,11 @@ def run_config(**model):
 
 
 def trainer_state(model):
+    """What training saves as trainer.pt (training/state.py), after one optimizer step."""
     opt = torch.optim.Adam(model.parameters())
     model(torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7]])).sum().backward()
     opt.step()
-    return {
-        "step": 7,
-        "optimizer": opt.state_dict(),
-        "rng_torch": torch.get_rng_state(),
-        "rng_python": random.getstate(),
-        "position": {"epoch": 1, "batch": 3},
-    }
+    return TrainerState(step=7, position=Position(epoch=1, batch=3)).to_dict(opt)
 
 
 @pytest.mark.parametrize("share", [False, True])
@@ -49,10 +45,54 @@ def test_round_trip_is_exact_with_tied_weights(tmp_path, share):
     assert loaded.model.output.weight is loaded.model.tgt_embed.tokens.weight
     state = ckpt.load_trainer_state(folder)
     assert state["step"] == 7 and state["position"] == {"epoch": 1, "batch": 3}
-    assert torch.equal(state["rng_torch"], saved_state["rng_torch"])
-    assert state["rng_python"] == saved_state["rng_python"]
+    assert torch.equal(state["rng"]["torch"], saved_state["rng"]["torch"])
+    assert state["rng"]["python"] == saved_state["rng"]["python"]
     exp_avg = state["optimizer"]["state"][0]["exp_avg"]
     assert torch.equal(exp_avg, saved_state["optimizer"]["state"][0]["exp_avg"])
+
+
+def _with(key, value):
+    return lambda saved: {**saved, key: value}
+
+
+def _rng(key, value):
+    return lambda saved: {**saved, "rng": {**saved["rng"], key: value}}
+
+
+DAMAGE = {  # what a trainer.pt that still unpickles may hold instead, and what the error says
+    "not a dict": (lambda saved: [1, 2, 3], "a list, not a dict"),
+    "no step": (lambda saved: {k: v for k, v in saved.items() if k != "step"}, "no step"),
+    "step a string": (_with("step", "abc"), "its step is 'abc'"),
+    "step negative": (_with("step", -5), "its step is -5"),
+    "step a bool": (_with("step", True), "its step is True"),
+    "position short": (_with("position", {"epoch": 1}), "its position is {'epoch': 1}"),
+    "elapsed a string": (_with("elapsed", "x"), "its elapsed is 'x'"),
+    "elapsed infinite": (_with("elapsed", float("inf")), "its elapsed is inf"),
+    "optimizer empty": (_with("optimizer", {}), "its optimizer is {}"),
+    "scaler a list": (_with("scaler", [1]), "its scaler is [1]"),
+    "world_size 0": (_with("world_size", 0), "its world_size is 0"),
+    "rng empty": (_with("rng", {}), "its rng: not a dict with a 'python' and a 'torch' state"),
+    "python rng short": (_rng("python", (3, (1, 2), None)), "its rng: state vector is the wrong"),
+    "torch rng short": (_rng("torch", torch.zeros(3, dtype=torch.uint8)), "its rng: Expected a"),
+    "rank rng empty": (_with("rng_ranks", [{}]), "its rng_ranks[0]: not a dict"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_trainer_state_of_the_wrong_structure_is_damaged(tmp_path, damage):
+    """A trainer.pt that unpickles but is not a trainer state is refused when it is loaded,
+    like one that does not unpickle (resume_point then tries an older checkpoint)."""
+    change, said = DAMAGE[damage]
+    cfg = run_config()
+    model = Transformer(cfg.model)
+    folder = ckpt.save_checkpoint(tmp_path, "step_00000007", model, cfg, trainer_state(model))
+    assert ckpt.load_trainer_state(folder)["step"] == 7
+    saved = torch.load(folder / "trainer.pt", weights_only=True)
+    torch.save(change(saved), folder / "trainer.pt")
+    with pytest.raises(UserError) as error:
+        ckpt.load_trainer_state(folder)
+    assert str(error.value).startswith(f"{folder / 'trainer.pt'} is damaged ({said}")
+    assert "\n" not in str(error.value)
 
 
 def test_model_directory_resolves_best_then_last(tmp_path):

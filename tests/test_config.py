@@ -5,7 +5,9 @@ import dataclasses
 import pytest
 
 from transformer.cli import config_from_args
-from transformer.config import build_config, load_config
+from transformer.cli.reference import attribute_docs
+from transformer.config import RuntimeConfig, TrainConfig, build_config, load_config
+from transformer.config.checks import range_of
 from transformer.errors import UserError
 
 
@@ -77,3 +79,24 @@ def test_every_key_belongs_to_one_section():
 
     counts = Counter(f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls))
     assert [key for key, n in counts.items() if n > 1] == []
+
+
+EXTREMES = [  # a value that hung or crashed training, and the typed option that takes it
+    ("--train.accumulate", "9223372036854775807"),  # the first step never ended
+    ("--runtime.timeout_minutes", "1e308"),  # OverflowError from timedelta under torchrun
+    ("--runtime.timeout_minutes", "1e-320"),  # c10d waited 0 ms and failed with a traceback
+]
+
+
+@pytest.mark.parametrize(("option", "value"), EXTREMES)
+def test_extreme_step_sizes_and_timeouts_are_refused_naming_the_range(option, value):
+    section, name = option[2:].split(".")
+    cls = {"train": TrainConfig, "runtime": RuntimeConfig}[section]
+    allowed = range_of(cls, name)
+    assert str(allowed) in attribute_docs(cls)[name]  # --help and the reference say it
+    for bound in (allowed.low, allowed.high):
+        cls(**{name: bound})
+    with pytest.raises(UserError) as raised:
+        config_from_args([option, value])
+    assert f"{cls.__name__}.{name} must be in {allowed}, got" in str(raised.value)
+    assert "\n" not in str(raised.value)

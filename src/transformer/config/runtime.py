@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import BadValue
-from .checks import check_finite, check_types
+from .checks import check_finite, check_ranges, check_types, ranged
 
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 
@@ -46,16 +46,17 @@ class RuntimeConfig:
     inter_threads: int = 0
     """Batches translated at once on the CPU, each on threads ÷ inter_threads threads
     (CTranslate2's inter_threads); 0: one per thread. Never more than there are batches."""
-    timeout_minutes: float = 30.0
-    """Under torchrun: how long a process waits for the others before the job fails."""
+    # Under a millisecond c10d waits 0 ms and fails at once; above timedelta's range (10^12
+    # minutes) is an OverflowError. The ranks wait for rank 0 to prepare the data, which may
+    # take hours on a large corpus, so the bound is a week.
+    timeout_minutes: float = ranged(30.0, 0.01, 10_080)
+    """Under torchrun: how long a process waits for the others before the job fails; in
+    [0.01, 10080] (0.6 s to a week)."""
 
     def __post_init__(self) -> None:
         check_types(self)
         check_finite(self)
-        if self.timeout_minutes <= 0:
-            raise BadValue(
-                f"RuntimeConfig.timeout_minutes must be > 0, got {self.timeout_minutes!r}"
-            )
+        check_ranges(self)
         if self.precision not in PRECISIONS:
             raise BadValue(
                 f"RuntimeConfig.precision must be one of {PRECISIONS}, got {self.precision!r}"

@@ -5,7 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import BadValue
-from .checks import check_finite, check_positive, check_probability, check_seeds, check_types
+from .checks import (
+    check_finite,
+    check_positive,
+    check_probability,
+    check_ranges,
+    check_seeds,
+    check_types,
+    ranged,
+)
+
+# A step reads accumulate batches before its update, and max_minutes and a stop signal are
+# looked at only between steps (the first checkpoint comes after the first step): 4,096
+# batches of the default 4,096 tokens are 16.8M tokens per update, 40x the largest batches of
+# Ott et al. 2018 "Scaling Neural Machine Translation" (400k), and take minutes, not forever.
+MAX_ACCUMULATE = 4096
 
 
 @dataclass(frozen=True)
@@ -41,8 +55,8 @@ class TrainConfig:
     """ε_ls (§5.4); 0 is plain cross-entropy against one-hot targets."""
     clip_norm: float = 1.0
     """Max gradient norm; 0: no clipping."""
-    accumulate: int = 1
-    """Batches per optimiser update."""
+    accumulate: int = ranged(1, 1, MAX_ACCUMULATE)
+    """Batches per optimiser update; in [1, 4096]."""
     seed: int = 1
     """Seed of initialisation, dropout and data order; 0 to 4,294,967,295."""
     log_every: int = 50
@@ -66,9 +80,10 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_types(self)
         check_finite(self)
+        check_ranges(self)
         check_positive(
-            self, "max_tokens", "max_steps", "warmup_steps", "accumulate", "log_every",
-            "validate_every", "save_every", "keep_checkpoints",
+            self, "max_tokens", "max_steps", "warmup_steps", "log_every", "validate_every",
+            "save_every", "keep_checkpoints",
         )  # fmt: skip
         check_probability(self, "label_smoothing", "cooldown")
         check_seeds(self, "seed")

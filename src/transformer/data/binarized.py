@@ -34,9 +34,12 @@ from .tokenizer import Tokenizers
 SIDES = ("src", "tgt")
 
 
+ID_DTYPES = (np.dtype(np.uint16), np.dtype(np.uint32))  # what ``id_dtype`` chooses from
+
+
 def id_dtype(vocab_size: int) -> np.dtype:
     """The smallest unsigned dtype that holds every id: 2 bytes up to 65,536 pieces."""
-    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
+    return ID_DTYPES[0] if vocab_size <= 1 << 16 else ID_DTYPES[1]
 
 
 class TokenDataset(Sequence[Example]):
@@ -78,16 +81,25 @@ class TokenDataset(Sequence[Example]):
         return cls(*arrays)
 
     @classmethod
-    def open(cls, folder: Path) -> TokenDataset:
-        """Maps a binarized split back; files that do not fit together are an error naming them."""
+    def open(cls, folder: Path, vocab_sizes: tuple[int, int] | None = None) -> TokenDataset:
+        """Maps a binarized split back; files that do not fit together are an error naming them.
+
+        Args:
+            vocab_sizes: the (source, target) vocabulary sizes the ids must be below, checked
+                with one pass over each side's ids (an embedding lookup fails on a larger one).
+        """
         meta_path = folder / "meta.json"
         meta = read_json(meta_path)
         try:
             dtype, n = np.dtype(meta["dtype"]), int(meta["examples"])
         except (ValueError, KeyError, TypeError) as error:
             raise UserError(f"{meta_path} is damaged ({error})") from None
+        if dtype not in ID_DTYPES:  # ids read as any other type would be other numbers
+            written = ", ".join(d.name for d in ID_DTYPES)
+            raise UserError(f"{meta_path} is damaged: dtype {meta['dtype']!r} is not one "
+                            f"binarize writes ({written})")  # fmt: skip
         arrays = []
-        for side in SIDES:
+        for i, side in enumerate(SIDES):
             idx_path, bin_path = folder / f"{side}.idx", folder / f"{side}.bin"
             _check_size(idx_path, (n + 1) * 8)
             idx = np.fromfile(idx_path, dtype=np.int64)
@@ -95,6 +107,9 @@ class TokenDataset(Sequence[Example]):
                 raise UserError(f"{idx_path} is damaged: its offsets do not increase from 0")
             _check_size(bin_path, int(idx[-1]) * dtype.itemsize)
             ids = np.memmap(bin_path, dtype=dtype, mode="r") if idx[-1] else np.zeros(0, dtype)
+            if vocab_sizes is not None and (largest := int(ids.max(initial=0))) >= vocab_sizes[i]:
+                raise UserError(f"{bin_path} is damaged: it holds id {largest:,}, but the "
+                                f"{side} vocabulary has {vocab_sizes[i]:,} pieces")  # fmt: skip
             arrays += [ids, idx]
         return cls(*arrays)
 

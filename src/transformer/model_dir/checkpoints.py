@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,13 +192,97 @@ def load_trainer_state(folder: Path) -> dict:
     if not path.exists():
         raise UserError(f"{folder} has no trainer state ({TRAINER}); it cannot be resumed")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        saved = torch.load(path, map_location="cpu", weights_only=True)
     except OSError as error:
         raise UserError(describe_os_error(error, f"reading {path}")) from None
     except Exception as error:  # torch raises EOFError, RuntimeError, UnpicklingError, ...
         raise UserError(
             f"{path} is damaged ({type(error).__name__}); it cannot be loaded"
         ) from None
+    # A file that unpickles may still not be a trainer state; checked here, it is skipped like
+    # an unreadable one (resume_point) rather than failing in the middle of the restore.
+    problem = trainer_state_problem(saved)
+    if problem:
+        raise UserError(f"{path} is damaged ({problem}); it cannot be loaded")
+    return saved
+
+
+def _count(value: object, least: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _shown(value: object) -> str:
+    """A value for a message: short, and never the text of a whole optimizer state."""
+    scalar = (int, float, str, type(None))
+    if isinstance(value, scalar) or (
+        isinstance(value, dict | list)
+        and len(value) <= 4
+        and all(
+            isinstance(v, scalar) for v in (value.values() if isinstance(value, dict) else value)
+        )
+    ):
+        return repr(value)[:60]
+    return f"a {type(value).__name__}"
+
+
+def _rng_problem(rng: object) -> str | None:
+    """What is wrong with a saved ``device.rng_state()``, tried on throwaway generators."""
+    if not isinstance(rng, dict) or "python" not in rng or "torch" not in rng:
+        return "not a dict with a 'python' and a 'torch' state"
+    try:
+        random.Random().setstate(rng["python"])
+        torch.Generator().set_state(rng["torch"])
+    except (TypeError, ValueError, OverflowError, RuntimeError) as error:
+        return str(error).strip().splitlines()[0][:120] if str(error).strip() else "unusable"
+    cuda = rng.get("cuda", [])
+    if not isinstance(cuda, list | tuple) or not all(
+        isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda
+    ):
+        return "its 'cuda' state is not a list of byte tensors"
+    return None
+
+
+def trainer_state_problem(saved: object) -> str | None:
+    """What is wrong with the structure of a loaded ``trainer.pt`` (training/state.py writes
+    it); None when it can be restored."""
+    if not isinstance(saved, dict):
+        return f"a {type(saved).__name__}, not a dict"
+    missing = {"step", "position", "elapsed", "best_score", "best_valid_nll", "optimizer", "rng"}
+    missing -= saved.keys()
+    if missing:
+        return f"no {', '.join(sorted(missing))}"
+    position, optimizer = saved["position"], saved["optimizer"]
+    checks = {
+        "step": _count(saved["step"]),
+        "position": isinstance(position, dict)
+        and set(position) == {"epoch", "batch"}
+        and all(_count(v) for v in position.values()),
+        "elapsed": _number(saved["elapsed"]) and 0 <= saved["elapsed"] < float("inf"),
+        "best_score": _number(saved["best_score"]),
+        "best_valid_nll": _number(saved["best_valid_nll"]),
+        "stale_validations": _count(saved.get("stale_validations", 0)),
+        "world_size": _count(saved.get("world_size", 1), 1),
+        "scaler": isinstance(saved.get("scaler", {}), dict),
+        "optimizer": isinstance(optimizer, dict)
+        and isinstance(optimizer.get("state"), dict)
+        and isinstance(optimizer.get("param_groups"), list)
+        and all(isinstance(g, dict) and "params" in g for g in optimizer["param_groups"]),
+        "rng_ranks": isinstance(saved.get("rng_ranks", []), list),
+    }
+    bad = [key for key, fine in checks.items() if not fine]
+    if bad:
+        return f"its {bad[0]} is {_shown(saved.get(bad[0]))}"
+    for where, rng in [("rng", saved["rng"])] + [
+        (f"rng_ranks[{i}]", r) for i, r in enumerate(saved.get("rng_ranks", []))
+    ]:
+        problem = _rng_problem(rng)
+        if problem:
+            return f"its {where}: {problem}"
+    return None
 
 
 def resume_candidates(checkpoints: Path) -> list[Path]:

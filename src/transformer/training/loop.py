@@ -50,7 +50,7 @@ from ..model_dir.checkpoints import (
     save_checkpoint,
     update_index,
 )
-from ..model_dir.layout import WEIGHTS, step_name
+from ..model_dir.layout import TRAINER, WEIGHTS, step_name
 from ..model_dir.runs import Destination, RunDir
 from ..model_dir.weights import load_weights
 from .chunked_loss import TrainingLoss
@@ -281,7 +281,7 @@ def _build(job: Job) -> Parts:
     if job.saved is not None:
         folder, trainer = job.saved
         load_weights(model, folder / WEIGHTS)
-        state = TrainerState.restore(trainer, optimizer, scaler, world)
+        state = TrainerState.restore(trainer, optimizer, scaler, world, folder / TRAINER)
         log_file.write(event="resume", step=state.step, checkpoint=folder.name,
                        precision=precision, precision_reason=why)  # fmt: skip
     else:

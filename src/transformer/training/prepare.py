@@ -198,7 +198,8 @@ def _training_set(
     else a new one in the scratch folder (streamed through the corpus once)."""
     meta = read_meta(run.data)
     if meta is not None and {k: meta.get(k) for k in provenance} == provenance:
-        dataset, origin = TokenDataset.open(run.data), str(run.data / "meta.json")
+        sizes = tokenizers.src.vocab_size, tokenizers.tgt.vocab_size  # a larger id is refused
+        dataset, origin = TokenDataset.open(run.data, sizes), str(run.data / "meta.json")
         pairs.skipped = typed(meta, "skipped_empty", int, origin, 0)
         return Binarized(dataset, len(dataset), typed(meta, "too_long", int, origin, 0))
     remove_tree(run.scratch, owner=run.root)

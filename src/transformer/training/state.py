@@ -9,10 +9,13 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from ..device import rng_state, set_rng_state
+from ..errors import UserError
+from ..model_dir.layout import TRAINER
 from .distributed import World
 from .stream import Position
 
@@ -62,8 +65,10 @@ class TrainerState:
         optimizer: torch.optim.Optimizer,
         scaler: torch.amp.GradScaler | None = None,
         world: World = World(),  # noqa: B008 (frozen)
+        source: Path | str = TRAINER,
     ) -> TrainerState:
-        """The state in ``saved``; the optimizer, the scaler and the RNGs are restored as a side
+        """The state in ``saved`` (read from ``source`` by ``load_trainer_state``, which checked
+        its structure); the optimizer, the scaler and the RNGs are restored as a side
         effect. Each rank takes back its own random state; with another number of processes
         than the run was saved with, each step reads world_size × accumulate batches of the
         same stream, so the run goes on with a different global batch (a warning says so)."""
@@ -72,7 +77,11 @@ class TrainerState:
                 f"resuming a run saved with {saved.get('world_size', 1)} process(es) with "
                 f"{world.size}: each step now takes {world.size} x accumulate batches instead"
             )
-        optimizer.load_state_dict(saved["optimizer"])
+        try:  # torch checks that the saved parameter groups fit this model's
+            optimizer.load_state_dict(saved["optimizer"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise UserError(f"{source} is damaged: its optimizer state does not fit the model "
+                            f"({str(error)[:120]}); it cannot be resumed") from None  # fmt: skip
         if scaler is not None and saved.get("scaler"):
             scaler.load_state_dict(saved["scaler"])
         ranks = saved.get("rng_ranks") or []
