@@ -72,6 +72,29 @@ def test_attention_matches_the_translation_and_rows_sum_to_one(torch_engine):
                 assert all(w == round(w, 4) for w in row)  # short decimals in the JSON
 
 
+def test_attention_over_its_size_bound_is_refused_before_the_work_it_would_waste(
+    torch_engine, monkeypatch
+):
+    from transformer.serve import app, requests
+
+    config, sentence = torch_engine.model.config, "seven hundred and seventy-one"
+    with client_for(torch_engine) as client:
+        seen = client.post("/attention", json={"sentence": sentence}).json()
+    held = config.n_decoder_layers * config.n_heads * len(seen["target_tokens"]) * len(
+        seen["source_tokens"])  # fmt: skip
+    searched = []
+    inspect = app.inspect_sentence
+    monkeypatch.setattr(app, "inspect_sentence", lambda *a: searched.append(1) or inspect(*a))
+    monkeypatch.setattr(requests, "MAX_ATTENTION_WEIGHTS", held - 1)
+    with client_for(torch_engine) as client:
+        over = client.post("/attention", json={"sentence": sentence})
+        assert_error(over, 422, "invalid_request", f"holds {held:,} weights", f"{held - 1:,}")
+        assert searched == [1]  # searched, but never turned into JSON
+        forced = client.post("/attention", json={"sentence": sentence, "min_len": 40})
+        assert_error(forced, 422, "invalid_request", "holds at least", "min_len")
+        assert searched == [1]  # refused before the search
+
+
 def test_info_health_page_and_schema(torch_engine):
     with client_for(torch_engine, max_sentences=7, max_chars=99) as client:
         info = client.get("/info").json()

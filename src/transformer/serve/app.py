@@ -26,7 +26,6 @@ is one, and ``public``); what they serve is ``Served``, in ``app.state.served``.
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -44,7 +43,7 @@ from pydantic import BaseModel
 from ..config import DecodeConfig
 from ..errors import UserError
 from ..inference.alignment import pharaoh
-from ..inference.cost import Cost, scoring_cost, translation_cost
+from ..inference.cost import scoring_cost, translation_cost
 from ..inference.engine import Engine, TorchEngine
 from ..inference.glossary import Glossary
 from ..inference.search import Stopped
@@ -56,7 +55,18 @@ from .batcher import Batcher, QueueFull, ShuttingDown
 from .config import ServeConfig
 from .errors import INTERNAL, ApiError, add_error_handlers, key_required, statuses
 from .middleware import CLIENT_GONE, AccessLog, BodyLimit, HeadAsGet
-from .requests import check_engine_can, check_prefixes, glossary_of, one_beam, search
+from .records import finite
+from .requests import (
+    attention_too_large,
+    check_budget,
+    check_engine_can,
+    check_prefixes,
+    check_queue,
+    glossary_of,
+    least_attention,
+    one_beam,
+    search,
+)
 from .schema import (
     AttentionRequest,
     AttentionResponse,
@@ -184,8 +194,8 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     translations = [
         SentenceTranslation(
             text=options[0].text,
-            score=_finite(options[0].score),
-            nbest=[Hypothesis(text=o.text, score=_finite(o.score), alignment=_pharaoh(o))
+            score=finite(options[0].score),
+            nbest=[Hypothesis(text=o.text, score=finite(o.score), alignment=_pharaoh(o))
                    for o in options],
             truncated=i in truncated,
             alignment=_pharaoh(options[0]),
@@ -209,13 +219,13 @@ async def score(body: ScoreRequest, request: Request) -> ScoreResponse:
         raise ApiError(422, "invalid_request", f"targets: {len(body.targets)} targets for "
                        f"{len(body.sources)} sources; give one per source")  # fmt: skip
     cost = scoring_cost(engine.tokenizers, body.sources, body.targets, served.max_positions)
-    _check_cost(served, cost, "send fewer or shorter pairs")
+    check_budget(cost, served.config.max_cost, "send fewer or shorter pairs")
     decode = search(served.default, **search_options(body))
     found = await _answer(served, lambda: served.batcher.call(
         lambda _: engine.score(body.sources, body.targets, decode)), request)  # fmt: skip
     cut = set(found.truncated)
-    scores = [PairScore(log_prob=_finite(p.log_prob), per_token=_finite(p.per_token),
-                        score=_finite(p.penalised), tokens=p.tokens, truncated=i in cut)
+    scores = [PairScore(log_prob=finite(p.log_prob), per_token=finite(p.per_token),
+                        score=finite(p.penalised), tokens=p.tokens, truncated=i in cut)
               for i, p in enumerate(found.scores)]  # fmt: skip
     return ScoreResponse(scores=scores, time_ms=(time.perf_counter() - start) * 1000)
 
@@ -237,6 +247,8 @@ async def attention(body: AttentionRequest, request: Request) -> AttentionRespon
     prefixes = None if body.prefix is None else [body.prefix]
     check_prefixes(served.engine, served.max_positions, prefixes, 1)
     _check_search(served, [body.sentence], prefixes, decode, rerun=1)
+    if problem := attention_too_large(least_attention(engine, body.sentence, decode), True):
+        raise ApiError(422, "invalid_request", problem)
 
     def inspect(stopped: Stopped) -> dict:
         with torch.inference_mode(), engine.precision():
@@ -244,6 +256,8 @@ async def attention(body: AttentionRequest, request: Request) -> AttentionRespon
                                     body.prefix, stopped)  # fmt: skip
         # Rounded in float64: a float32 0.0001 would reach the JSON as 9.999999747378752e-05.
         weights = [layer.cross_attention[0].double() for layer in seen.maps.decoder]
+        if problem := attention_too_large(sum(w.numel() for w in weights)):
+            raise UserError(problem)
         return {"translation": seen.translation, "source_tokens": seen.src_labels,
                 "target_tokens": seen.tgt_labels,
                 "cross_attention": [w.round(decimals=4).tolist()  # (H, T, S) per layer
@@ -349,26 +363,14 @@ async def _answer(
         raise ApiError(500, "internal_error", INTERNAL) from None
 
 
-def _check_cost(served: Served, cost: Cost, advice: str) -> None:
-    """422 for a request that may make the model process more than ``serve.max_cost``
-    tokens (``inference/cost.py`` counts them), before it is queued."""
-    most = served.config.max_cost
-    if cost.tokens > most:
-        raise ApiError(422, "over_budget", f"this request may make the model process {cost}; "
-                       f"this server allows {most:,} (serve.max_cost): {advice}")  # fmt: skip
-
-
 def _check_search(served: Served, sentences: list[str], prefixes: list[str] | None,
                   decode: DecodeConfig, rerun: int = 0,
                   glossary: Glossary | None = None) -> None:  # fmt: skip
-    if len(sentences) > served.config.max_queue:  # a document's or a marked-up text's
-        raise ApiError(422, "invalid_request", f"these texts make {len(sentences):,} sentences to "
-                       f"translate; this server queues at most {served.config.max_queue:,} "
-                       "(serve.max_queue): send fewer or shorter texts")  # fmt: skip
+    check_queue(len(sentences), served.config.max_queue)  # a document's, a marked-up text's
     cost = translation_cost(served.engine.tokenizers, sentences, prefixes, decode,
                             served.max_positions, rerun, glossary)  # fmt: skip
-    _check_cost(served, cost, "send fewer sentences or shorter prefixes or terms, or a smaller "
-                "beam_size, nbest, max_len_b or min_len")  # fmt: skip
+    check_budget(cost, served.config.max_cost, "send fewer sentences or shorter prefixes or "
+                 "terms, or a smaller beam_size, nbest, max_len_b or min_len")  # fmt: skip
 
 
 async def _client_left(request: Request) -> None:
@@ -388,10 +390,6 @@ _PAGE_HEADERS = {
 def _pharaoh(translation: Translation) -> str | None:
     """The alignment as ``i-j ...``, or None when none was asked for."""
     return None if translation.alignment is None else pharaoh(translation.alignment)
-
-
-def _finite(score: float) -> float | None:
-    return score if math.isfinite(score) else None
 
 
 def _log_fields(sentences: list[str], with_text: bool) -> dict[str, Any]:

@@ -5,7 +5,14 @@ probabilities, a document's paragraphs; the objects ``translate --output_format 
 (No ``from __future__ import annotations``: pydantic reads these annotations at run time.)
 """
 
+import math
+
 from pydantic import BaseModel, Field
+
+
+def finite(x: float) -> float | None:
+    """A score as JSON holds it: JSON has no infinity or NaN, so those are null."""
+    return x if math.isfinite(x) else None
 
 
 class WordProb(BaseModel):

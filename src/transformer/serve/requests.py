@@ -7,11 +7,29 @@ from pydantic import BaseModel
 from ..config import DecodeConfig
 from ..errors import BadValue, UserError
 from ..inference.alignment import NO_MASKING
+from ..inference.cost import Cost
 from ..inference.engine import Engine
 from ..inference.glossary import NO_CONSTRAINED_SEARCH, Glossary
 from ..inference.translate import prefix_problem
 from .errors import ApiError
 from .schema import search_options
+
+
+def check_budget(cost: Cost, most: int, advice: str) -> None:
+    """422 for a request that may make the model process more than ``most`` tokens
+    (``serve.max_cost``; ``inference/cost.py`` counts them), before it is queued."""
+    if cost.tokens > most:
+        raise ApiError(422, "over_budget", f"this request may make the model process {cost}; "
+                       f"this server allows {most:,} (serve.max_cost): {advice}")  # fmt: skip
+
+
+def check_queue(sentences: int, most: int) -> None:
+    """422 for texts that alone make more sentences than the queue holds (``serve.max_queue``):
+    a 429 would say to retry, and no retry could fit."""
+    if sentences > most:
+        raise ApiError(422, "invalid_request", f"these texts make {sentences:,} sentences to "
+                       f"translate; this server queues at most {most:,} (serve.max_queue): "
+                       "send fewer or shorter texts")  # fmt: skip
 
 
 def search(default: DecodeConfig, **options: object) -> DecodeConfig:
@@ -66,3 +84,30 @@ def glossary_of(
     except UserError as error:
         raise ApiError(422, "invalid_request", str(error)) from None
     return glossary
+
+
+# /attention's weights are JSON numbers of about 7 characters: a million make a response of
+# about 7 MB, the step-through view's budget (inspect/step_view.py). Without a bound a sentence
+# of 500 tokens forced to 511 out returned 20.8 MB on the demo model, and a base-sized model
+# (6 layers of 8 heads) at 1,024 positions would return hundreds of megabytes.
+MAX_ATTENTION_WEIGHTS = 1_000_000
+
+
+def attention_too_large(weights: int, least: bool = False) -> str | None:
+    """Why an /attention answer of ``weights`` numbers (with ``least``, at least) is refused,
+    or None."""
+    if weights <= MAX_ATTENTION_WEIGHTS:
+        return None
+    at = "at least " if least else ""
+    return (f"the attention of this sentence holds {at}{weights:,} weights, over the "
+            f"{MAX_ATTENTION_WEIGHTS:,} an answer may; try a shorter sentence, or a lower "
+            "min_len or max_len_b")  # fmt: skip
+
+
+def least_attention(engine: Engine, sentence: str, decode: DecodeConfig) -> int:
+    """The fewest weights /attention can return for ``sentence``: every decoder layer's heads,
+    over its source tokens and at least ``min_len`` target tokens and </s>."""
+    config = engine.config.model
+    maps = config.n_decoder_layers * config.n_heads if config.architecture != "rnn" else 1
+    source = min(len(engine.tokenizers.src.encode(sentence)) + 1, config.max_positions)
+    return maps * source * (min(decode.min_len, config.max_positions - 1) + 1)

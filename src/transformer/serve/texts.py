@@ -12,7 +12,6 @@ probabilities. The answer has the usual fields, plus, with ``jsonl``, ``log_prob
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -25,6 +24,7 @@ from ..inference.markup import MarkupError
 from ..inference.search import Stopped
 from ..inference.texts import Plan, TextOut, aligned, check_options, plan_for, put_back, record
 from .errors import ApiError
+from .records import finite
 
 # Cutting texts into sentences (pysbd) and reading markup take up to a second for the largest
 # request the default limits admit: done on the event loop, every other request (/health too)
@@ -91,7 +91,7 @@ async def translate_texts_request(
 
 
 def _fields(t: TextOut, jsonl: bool) -> dict:
-    score = _finite(sum(s.score for s in t.sentences))
+    score = finite(sum(s.score for s in t.sentences))
     first = record(t) if t.paragraphs is None else None
     fields: dict = {"text": t.text, "score": score, "truncated": t.truncated,
                     "alignment": first.get("alignment") if first else None}  # fmt: skip
@@ -101,11 +101,7 @@ def _fields(t: TextOut, jsonl: bool) -> dict:
     if jsonl and first is not None:
         fields["log_prob"], fields["words"] = first.get("log_prob"), first.get("words")
     elif jsonl:
-        fields["log_prob"] = _finite(sum(s.confidence.log_prob for s in t.sentences
+        fields["log_prob"] = finite(sum(s.confidence.log_prob for s in t.sentences
                                          if s.confidence))  # fmt: skip
         fields["paragraphs"] = record(t)["paragraphs"]
     return fields
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
