@@ -115,11 +115,12 @@ def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
     tokenizers are reused, and so is the saved binarized set when it was made from the same
     data and tokenizers (otherwise it is made again).
     """
-    if resume:
-        check_resumable(run.saved_config(), config)
+    saved = run.saved_config() if resume else None
+    if saved is not None:
+        check_resumable(saved, config)
     splits = stream_splits(config.data)
-    if resume:
-        tokenizers = Tokenizers.load(run.root, config.model.vocab_sizes)
+    if saved is not None:  # the sizes the run was trained with (config's are filled in below)
+        tokenizers = Tokenizers.load(run.root, saved.model.vocab_sizes)
     elif config.train.init_from:
         model, tokenizers = starting_point(config)
         config = replace(config, model=model)
