@@ -151,7 +151,9 @@ def _tsv_lines(path: Path) -> Iterator[tuple[str, str]]:
         raise UserError(f"{path}: cannot read the zip: {error}") from None
 
 
-def iter_tsv_pairs(path: str | Path, first_is_source: bool = True) -> Iterator[Pair]:
+def iter_tsv_pairs(
+    path: str | Path, first_is_source: bool = True, target_key: str = "tgt"
+) -> Iterator[Pair]:
     """Pairs from ``col1<TAB>col2[<TAB>more...]`` lines (.tsv, .txt, or a .zip holding one).
 
     Columns after the second (the Anki attribution) are ignored. A blank line counts as an
@@ -160,6 +162,7 @@ def iter_tsv_pairs(path: str | Path, first_is_source: bool = True) -> Iterator[P
     Args:
         path: the file.
         first_is_source: True: (col1, col2); False: (col2, col1).
+        target_key: the data key that would name a line-aligned target file instead (messages).
     """
     for number, (line, name) in enumerate(_tsv_lines(Path(path)), 1):
         columns = line.split("\t")
@@ -167,8 +170,8 @@ def iter_tsv_pairs(path: str | Path, first_is_source: bool = True) -> Iterator[P
             if line.strip():
                 raise UserError(
                     f"{name}: line {number} has no tab (expected source<TAB>target; for "
-                    f"line-aligned files also give the target file: --tgt FILE, or data.tgt "
-                    f"in a YAML config)"
+                    f"line-aligned files also give the target file: --{target_key} FILE, or "
+                    f"data.{target_key} in a YAML config)"
                 )
             columns = ["", ""]
         first, second = columns[0], columns[1]
