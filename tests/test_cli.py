@@ -14,7 +14,7 @@ from transformer.cli.main import COMMANDS, build_parser
 from transformer.cli.options import parse
 from transformer.config import SECTIONS, ModelConfig, load_config
 
-from helpers import cli
+from helpers import cli, cli_process
 
 
 def test_train_help_lists_every_config_key_with_type_default_and_help(capsys):
@@ -152,6 +152,37 @@ def test_an_empty_value_is_refused_not_read_as_the_current_folder(
     code, _, err = cli(args, capsys)
     assert code == 2 and err == f"transformer {args[0]}: error: {name} is empty: give it a value\n"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (["attention", "MODEL", "five \udcff", "--out", "figures"], "SENTENCE"),
+        (["explain", "MODEL", "five \udcff", "--html", "page.html"], "SENTENCE"),
+        (["translate", "MODEL", "--target_language", "fr\udce9"], "--decode.target_language"),
+        (["train", "--data.src_lang", "e\udcff", "--out", "run"], "--data.src_lang"),
+        (["serve", "MODEL", "--host", "host\udcff"], "--serve.host"),
+    ],
+)
+def test_text_that_is_not_utf8_is_refused_naming_the_argument(
+    args, name, numbers_model, tmp_path, monkeypatch, capsys
+):
+    """An undecodable byte of argv arrives as a lone surrogate (surrogateescape): in a sentence
+    it reached SentencePiece, whose RuntimeError was a traceback."""
+    monkeypatch.chdir(tmp_path)
+    args = [str(numbers_model) if arg == "MODEL" else arg for arg in args]
+    code, _, err = cli(args, capsys)
+    assert (code, err) == (2, f"transformer {args[0]}: error: {name} is not valid UTF-8 (byte "
+                              f"0x{'e9' if 'e9' in repr(args) else 'ff'})\n")  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_path_that_is_not_utf8_is_still_a_path(numbers_model, tmp_path):
+    """Linux file names may hold any bytes: such a file is read, not refused."""
+    text = tmp_path / "in\udcff.txt"  # the file name holds the byte 0xff
+    text.write_text("twelve\n")
+    result = cli_process("translate", str(numbers_model), "-i", str(text))
+    assert result.code == 0 and len(result.stdout.splitlines()) == 1, result.stderr
 
 
 def test_a_config_key_may_still_be_empty(capsys):

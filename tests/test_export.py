@@ -345,19 +345,38 @@ def test_a_feature_the_spec_cannot_express_is_named(numbers_model, tmp_path, mon
 
 def test_decode_options_map_onto_translate_batch():
     specials = {0: "<pad>", 2: "<s>"}
-    greedy = translate_batch_options(DecodeConfig(beam_size=1), specials)
+    greedy = translate_batch_options(DecodeConfig(beam_size=1), specials, 32)
     assert greedy["beam_size"] == 1 and greedy["length_penalty"] == 0.0
     assert greedy["suppress_sequences"] == [["<pad>"], ["<s>"]]
     assert greedy["min_decoding_length"] == 0 and greedy["return_end_token"]
-    beam = translate_batch_options(DecodeConfig(beam_size=5, nbest=2, length_penalty=0.8), specials)
+    beam = translate_batch_options(
+        DecodeConfig(beam_size=5, nbest=2, length_penalty=0.8), specials, 32
+    )
     assert (beam["beam_size"], beam["length_penalty"], beam["patience"]) == (5, 0.8, PATIENCE)
     assert beam["num_hypotheses"] == 10  # every finished one, re-ranked by GNMT
     sampled = translate_batch_options(
-        DecodeConfig(sampling=True, nbest=3, top_k=10, temperature=0.7), specials
+        DecodeConfig(sampling=True, nbest=3, top_k=10, temperature=0.7), specials, 32
     )
     assert (sampled["beam_size"], sampled["num_hypotheses"]) == (1, 3)
     assert (sampled["sampling_topk"], sampled["sampling_temperature"]) == (10, 0.7)
     assert math.isclose(sampled["length_penalty"], 0.0)
+    # A top_k above the vocabulary means all of it, as in ours; CTranslate2 refuses it.
+    wide = translate_batch_options(DecodeConfig(sampling=True, top_k=500), specials, 32)
+    assert wide["sampling_topk"] == 32
+
+
+@needs_ct2
+def test_a_top_k_above_the_vocabulary_samples_from_all_of_it_in_both_engines(
+    numbers_model, tmp_path, capsys
+):
+    (tmp_path / "in.txt").write_text("twelve\n\neighty\n")
+    args = ["translate", str(numbers_model), "-i", str(tmp_path / "in.txt"), "--decode.sampling",
+            "true", "--decode.top_k", "1000000"]  # fmt: skip
+    for engine in ("torch", "ctranslate2"):
+        code, out, err = cli([*args, "--engine", engine], capsys)
+        lines = out.split("\n")
+        assert code == 0 and err == "", err
+        assert len(lines) == 4 and lines[1] == "", out  # the empty line kept
 
 
 @needs_ct2

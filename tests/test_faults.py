@@ -377,6 +377,17 @@ def test_src_without_tgt_names_the_flag(tmp_path):
     one_line_error(result, 2, "a.txt: line 1 has no tab", "--tgt")
 
 
+def test_valid_src_without_valid_tgt_names_that_flag(tmp_path):
+    (tmp_path / "a.tsv").write_text("one\tun\ntwo\tdeux\n" * 50)
+    (tmp_path / "v.txt").write_text("one\ntwo\n")
+    result = cli("train", "--src", str(tmp_path / "a.tsv"), "--valid_src", str(tmp_path / "v.txt"),
+                 "--out", str(tmp_path / "x"))  # fmt: skip
+    line = one_line_error(result, 2, "v.txt: line 1 has no tab", "--valid_tgt FILE",
+                          "data.valid_tgt in a YAML config")  # fmt: skip
+    assert "--tgt" not in line
+    assert not (tmp_path / "x").exists()
+
+
 def test_an_unknown_config_lists_the_built_in_ones(tmp_path):
     result = cli("train", "--config", "nosuch", "--out", str(tmp_path / "x"))
     one_line_error(result, 2, "nosuch", "multi30k-de-en, numbers")

@@ -198,8 +198,16 @@ def test_non_finite_weights_are_refused_naming_the_tensor(home, damage, command)
 
 @pytest.mark.parametrize(
     ("line", "needle"),
-    [('{"step": ' + DEEP + "}", f"line 4 {TOO_DEEP}"), ('{"step": "ten"}', "must be an integer")],
-)
+    [('{"step": ' + DEEP + "}", f"line 4 {TOO_DEEP}"),
+     ('{"step": "ten"}', "line 4: step must be an integer"),
+     ('{"step": 10, "tokens_per_s": 0}', "line 4: tokens_per_s must be a finite number above 0"),
+     ('{"step": 10, "tokens_per_s": -5000}', "tokens_per_s must be a finite number above 0, got "
+      "-5000.0"),
+     ('{"step": 10, "tokens_per_s": NaN}', "got nan"),
+     ('{"step": 10, "tokens_per_s": Infinity}', "got inf"),
+     ('{"event": "end", "step": 10, "seconds": -1}', "line 4: seconds must be a finite number 0 "
+      "or more")],
+)  # fmt: skip
 def test_a_damaged_metrics_log_is_one_line_in_compare(home, line, needle):
     log = home / "M" / "metrics.jsonl"
     rows = log.read_text().splitlines()[:3]

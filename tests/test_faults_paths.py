@@ -68,6 +68,39 @@ def refused(
     return line
 
 
+# ------------------------------------------------------------ carriage returns inside a line
+@pytest.mark.parametrize("where", ["<stdin>", "<stdin> --document", "--input", "--prefix",
+                                   "train"])  # fmt: skip
+def test_a_carriage_return_inside_a_line_is_refused(home, where):
+    """Old Mac line endings made the whole input one line: translate printed the translation of
+    its first sentence, the rest lost, with exit 0."""
+    cr = b"twelve\nninety-one\rseven hundred\rtwelve\r\n"
+    (home / "cr.txt").write_bytes(cr)
+    (home / "crlf.txt").write_bytes(b"twelve\r\nfour\r\nfive\r\n")  # CRLF: read as usual
+    args = ["translate", str(home / "M"), "-o", str(home / "out.txt")]
+    stdin = cr if where.startswith("<stdin>") else None
+    if where == "<stdin> --document":
+        args.append("--document")
+    elif where == "--input":
+        args += ["--input", str(home / "cr.txt")]
+    elif where == "--prefix":
+        args += ["--input", str(home / "crlf.txt"), "--prefix", str(home / "cr.txt")]
+    elif where == "train":
+        args = ["train", "--preset", "tiny", "--data.src", str(home / "cr.txt"), "--data.tgt",
+                str(home / "crlf.txt"), "--out", str(home / "R")]  # fmt: skip
+    name = "<stdin>" if stdin else "cr.txt"
+    before = snapshot(home)
+    result = cli(*args, stdin=stdin)
+    one_line_error(result, 2, f"{name}: line 2 holds a carriage return (\\r) inside the line")
+    assert snapshot(home) == before
+
+
+def test_crlf_line_endings_are_read_as_lines(home):
+    (home / "crlf.txt").write_bytes(b"twelve\r\nfour\r\n")
+    result = cli("translate", str(home / "M"), "--input", str(home / "crlf.txt"))
+    assert result.code == 0 and len(result.stdout.splitlines()) == 2, result.stderr
+
+
 # ------------------------------------------------------------------- text files holding NUL bytes
 @pytest.mark.parametrize(("command", "flag"), [
     ("translate", "--prefix"), ("score", "--src"), ("score", "--ref"), ("evaluate", "--src"),

@@ -29,6 +29,10 @@ BOOL_KEYS = {
 }
 FLAT_KEYS = {f.name: f"{s}.{f.name}" for s, cls in COMMAND_SECTIONS.items() for f in fields(cls)}
 FLAT_KEYS["preset"] = "model.preset"
+# The values that go to a tokenizer or into output, which must be UTF-8 text. Every other text
+# value is a path or one of a few choices: a path may hold any bytes on Linux.
+TEXT_KEYS = frozenset({"sentence", "data.src_lang", "data.tgt_lang", "decode.target_language",
+                       "serve.host", "serve.api_key"})  # fmt: skip
 
 
 def normalize(argv: list[str], sections: tuple[str, ...]) -> list[str]:
@@ -71,12 +75,30 @@ def parse(
     if empty:  # a shell variable left unset: as a path it would be the current folder
         name = f"--{empty[0]}" if f"--{empty[0]}" in option_names(parser) else empty[0].upper()
         raise UserError(f"{name} is empty: give it a value")
+    for key in TEXT_KEYS:
+        section, _, name = key.rpartition(".")
+        value = given.get(section, {}).get(name) if section else given.get(key)
+        wrong = not_utf8(value) if isinstance(value, str) else None
+        if wrong:
+            option = f"--{key}" if f"--{key}" in option_names(parser) else key.upper()
+            raise UserError(f"{option} is not valid UTF-8 ({wrong})")
     config = {section: given[section] for section in COMMAND_SECTIONS if section in given}
     for section, path in files.items():  # the options given go on top of the file's keys
         config[section] = {**read_section(path, section, COMMAND_SECTIONS[section]),
                            **config.get(section, {})}  # fmt: skip
     own = {key: value for key, value in everything.items() if key not in COMMAND_SECTIONS}
     return argparse.Namespace(**own), config
+
+
+def not_utf8(text: str) -> str | None:
+    """What in ``text`` is not UTF-8 (e.g. "byte 0xff"), or None. Python hands a command-line
+    argument's undecodable byte over as a lone surrogate (surrogateescape): U+DC80 + byte."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        char = ord(text[error.start])
+        return f"byte {char - 0xDC00:#04x}" if 0xDC80 <= char <= 0xDCFF else f"U+{char:04X}"
+    return None
 
 
 def section_files(args: list[str], sections: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:

@@ -122,8 +122,11 @@ CORPORA: dict[str, Corpus] = {
 }
 
 
-def _user_pairs(src: str, tgt: str | None) -> Callable[[], Iterator[Pair]]:
-    return (lambda: iter_parallel(src, tgt)) if tgt is not None else (lambda: iter_tsv_pairs(src))
+def _user_pairs(src: str, tgt: str | None, key: str = "tgt") -> Callable[[], Iterator[Pair]]:
+    """The pairs of ``src`` and ``tgt``, or of the TSV ``src``; ``key``: tgt's data key."""
+    if tgt is not None:
+        return lambda: iter_parallel(src, tgt)
+    return lambda: iter_tsv_pairs(src, target_key=key)
 
 
 def _user_files(data: DataConfig) -> SplitStreams:
@@ -140,7 +143,9 @@ def _user_files(data: DataConfig) -> SplitStreams:
             make, data.valid_fraction, data.test_fraction, data.split_seed
         )
         return SplitStreams(train, valid, test, f"{files} (split seed {data.split_seed})")
-    valid, skipped_valid = drop_empty(list(_user_pairs(data.valid_src, data.valid_tgt)()))
+    valid, skipped_valid = drop_empty(
+        list(_user_pairs(data.valid_src, data.valid_tgt, "valid_tgt")())
+    )
     train, _, test = split_stream(make, 0.0, data.test_fraction, data.split_seed)
     valid_files = (
         data.valid_src if data.valid_tgt is None else f"{data.valid_src} + {data.valid_tgt}"

@@ -8,11 +8,11 @@ Two file formats:
   as .tsv/.txt or still inside its .zip. For a user's TSV column 1 is the source and column 2 the
   target; for the named tatoeba corpora the direction follows src_lang/tgt_lang.
 
-Every problem (a line that is not UTF-8, holds a NUL byte or is longer than ``MAX_LINE_BYTES``)
-is a UserError naming the file and line; ``decoded_lines`` reads standard input the same way.
-Pairs with an empty side are dropped and counted (``drop_empty``). Sentences are stripped of
-surrounding whitespace; nothing else is changed (tokenization and the max_len filter come
-later).
+Every problem (a line that is not UTF-8, holds a NUL byte or a carriage return not ending it, or
+is longer than ``MAX_LINE_BYTES``) is a UserError naming the file and line; ``decoded_lines``
+reads standard input the same way. Pairs with an empty side are dropped and counted
+(``drop_empty``). Sentences are stripped of surrounding whitespace; nothing else is changed
+(tokenization and the max_len filter come later).
 """
 
 from __future__ import annotations
@@ -44,9 +44,10 @@ def _check_file(path: Path) -> None:
 def decoded_lines(stream: IO[bytes], name: str) -> Iterator[str]:
     """The lines of a byte stream (a file, standard input, a member of a zip), decoded strictly
     as UTF-8 one at a time, so that an error can name its 1-based line. Refused too: a NUL byte
-    (text never holds one, binary data does, and can decode as UTF-8), and a line longer than
-    ``MAX_LINE_BYTES``, read no further than that: ``/dev/zero`` piped in was a MemoryError,
-    and 300 MB on one line SentencePiece's ``bad_alloc``."""
+    (text never holds one, binary data does, and can decode as UTF-8), a carriage return
+    inside a line (lines end with \\n or \\r\\n), and a line longer than ``MAX_LINE_BYTES``,
+    read no further than that: ``/dev/zero`` piped in was a MemoryError, and 300 MB on one line
+    SentencePiece's ``bad_alloc``."""
     bounded = iter(lambda: stream.readline(MAX_LINE_BYTES + 2), b"")  # + "\r\n"
     for number, raw in enumerate(bounded, 1):
         if len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES:
@@ -61,6 +62,10 @@ def decoded_lines(stream: IO[bytes], name: str) -> Iterator[str]:
                 f"{name}: line {number} is not valid UTF-8 (byte {raw[error.start]:#04x} at "
                 f"position {error.start + 1} of the line)"
             ) from None
+        if "\r" in line:  # old Mac line endings, or damage: the lines after it would be lost
+            raise UserError(f"{name}: line {number} holds a carriage return (\\r) inside the "
+                            "line; lines end with \\n or \\r\\n (a file with old Mac line "
+                            "endings? convert it: tr '\\r' '\\n')")  # fmt: skip
         if number == 1 and line.startswith("\ufeff"):  # a byte-order mark some editors write
             line = line[1:]
         yield line
@@ -146,7 +151,9 @@ def _tsv_lines(path: Path) -> Iterator[tuple[str, str]]:
         raise UserError(f"{path}: cannot read the zip: {error}") from None
 
 
-def iter_tsv_pairs(path: str | Path, first_is_source: bool = True) -> Iterator[Pair]:
+def iter_tsv_pairs(
+    path: str | Path, first_is_source: bool = True, target_key: str = "tgt"
+) -> Iterator[Pair]:
     """Pairs from ``col1<TAB>col2[<TAB>more...]`` lines (.tsv, .txt, or a .zip holding one).
 
     Columns after the second (the Anki attribution) are ignored. A blank line counts as an
@@ -155,6 +162,7 @@ def iter_tsv_pairs(path: str | Path, first_is_source: bool = True) -> Iterator[P
     Args:
         path: the file.
         first_is_source: True: (col1, col2); False: (col2, col1).
+        target_key: the data key that would name a line-aligned target file instead (messages).
     """
     for number, (line, name) in enumerate(_tsv_lines(Path(path)), 1):
         columns = line.split("\t")
@@ -162,8 +170,8 @@ def iter_tsv_pairs(path: str | Path, first_is_source: bool = True) -> Iterator[P
             if line.strip():
                 raise UserError(
                     f"{name}: line {number} has no tab (expected source<TAB>target; for "
-                    f"line-aligned files also give the target file: --tgt FILE, or data.tgt "
-                    f"in a YAML config)"
+                    f"line-aligned files also give the target file: --{target_key} FILE, or "
+                    f"data.{target_key} in a YAML config)"
                 )
             columns = ["", ""]
         first, second = columns[0], columns[1]

@@ -11,7 +11,7 @@ How our DecodeConfig maps onto ``translate_batch``:
     beam_size 1 (greedy)    beam_size=1, length_penalty=0: the score is log P(y, </s>)
     beam_size K             beam_size=K, patience=2, num_hypotheses=2K, re-ranked by GNMT
     nbest                   the best ``nbest`` of those K
-    sampling                sampling_topk=top_k (0: the whole vocabulary), sampling_topp=top_p,
+    sampling                sampling_topk=min(top_k, V) (0: all), sampling_topp=top_p,
                             sampling_temperature, num_hypotheses=nbest
     max_len_a, max_len_b    max_decoding_length = floor(a · src_len + b), raised to min_len and
                             the prefix, capped at max_positions - 1, per sentence (``search_ids``)
@@ -87,12 +87,13 @@ PATIENCE = 2.0  # beam search goes on until 2K hypotheses have finished (see abo
 
 
 def translate_batch_options(
-    decode: DecodeConfig, pieces: dict[int, str], patience: float = PATIENCE
+    decode: DecodeConfig, pieces: dict[int, str], vocab_size: int, patience: float = PATIENCE
 ) -> dict[str, Any]:
     """The ``translate_batch`` options that run ``decode``'s search (all but the length limit).
 
     Args:
         pieces: the target pieces of the special ids, {id: piece}.
+        vocab_size: the target vocabulary's size; a larger ``top_k`` means all of it, as in ours.
         patience: beam search stops a sentence once ``beam_size · patience`` have finished.
     """
     options: dict[str, Any] = {
@@ -107,7 +108,8 @@ def translate_batch_options(
     }
     if decode.sampling:
         return options | {"beam_size": 1, "num_hypotheses": decode.nbest, "length_penalty": 0.0,
-                          "sampling_topk": decode.top_k, "sampling_topp": decode.top_p,
+                          "sampling_topk": min(decode.top_k, vocab_size),  # > V: refused
+                          "sampling_topp": decode.top_p,
                           "sampling_temperature": decode.temperature}  # fmt: skip
     if decode.beam_size == 1:
         return options | {"beam_size": 1, "num_hypotheses": 1, "length_penalty": 0.0}
@@ -135,7 +137,10 @@ class CTranslate2Engine:
         self._tgt_pieces = self.tokenizers.tgt.vocabulary()
         self._tgt_ids = {p: i for i, p in enumerate(self._tgt_pieces)}
         self._special = {i: self.tokenizers.tgt.id_to_piece(i) for i in (PAD_ID, BOS_ID)}
-        self._options = translate_batch_options(self.decode, self._special, self.patience)
+
+    def _options_for(self, decode: DecodeConfig) -> dict[str, Any]:
+        vocab = self.config.model.tgt_vocab_size  # the output layer's rows: CTranslate2's V
+        return translate_batch_options(decode, self._special, vocab, self.patience)
 
     @property
     def device(self) -> str:
@@ -224,9 +229,7 @@ class CTranslate2Engine:
         if d.alignment and self.alignment_heads not in (None, heads):
             raise UserError(f"alignment: this ctranslate2 export averages {self.alignment_heads} "
                             f"of {heads} heads; export the model again for alignments")  # fmt: skip
-        options = self._options
-        if d != self.decode.sized_for(self.config.model):
-            options = translate_batch_options(d, self._special, self.patience)
+        options = self._options_for(d)
         check_no_padding(sentences)
         if not sentences:
             return []

@@ -21,6 +21,7 @@ Shapes: B sentences per forward pass, L sentence length (source and target).
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from ..inference.engine import load_torch_engine
 from ..model.base import EncoderDecoder
 from ..model_dir.checkpoints import read_config, resolve_checkpoint
 from ..model_dir.layout import METRICS
-from ..model_dir.runs import RunDir, read_metrics
+from ..model_dir.runs import RunDir, metrics_lines
 from ..reading import typed
 from ..vocab import BOS_ID, EOS_ID
 
@@ -127,12 +128,14 @@ def training_speed(path: Path) -> tuple[int, float | None, float | None, float |
 
     Seconds per epoch = the padded source + target tokens of one epoch of its binarized training
     set (batched as training batches it) / tokens per second: the same count the rate uses.
+    A value no training logs (a speed of 0 or below, NaN, infinite) is an error naming its line.
     """
-    rows, log = read_metrics(path), str(RunDir(path).metrics)
-    rates = [typed(row, "tokens_per_s", float, log) for row in rows if "tokens_per_s" in row]
-    ends = [row for row in rows if row.get("event") == "end"]
-    steps = max((typed(row, "step", int, log) for row in rows if "step" in row), default=0)
-    seconds = typed(ends[-1], "seconds", float, log) if ends else None
+    rows = metrics_lines(path)
+    rates = [_logged(row, "tokens_per_s", origin) for origin, row in rows if "tokens_per_s" in row]
+    ends = [(origin, row) for origin, row in rows if row.get("event") == "end"]
+    steps = max((typed(row, "step", int, origin) for origin, row in rows if "step" in row),
+                default=0)  # fmt: skip
+    seconds = _logged(ends[-1][1], "seconds", ends[-1][0], zero=True) if ends else None
     rate = statistics.median(rates) if rates else None
     run, config = RunDir(path), read_config(path)
     if rate is None or not run.data.is_dir():
@@ -142,6 +145,15 @@ def training_speed(path: Path) -> tuple[int, float | None, float | None, float |
     batches = make_batches(dataset, config.train.max_tokens, config.train.seed, 0)
     padded = sum(len(b) * (int(src_len[b].max()) + int(tgt_len[b].max())) for b in batches)
     return steps, seconds, rate, padded / rate
+
+
+def _logged(row: dict, key: str, origin: str, zero: bool = False) -> float:
+    """``row[key]`` if a finite number above 0 (or 0 too, with ``zero``); else a UserError."""
+    value = typed(row, key, float, origin)
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        bound = "0 or more" if zero else "above 0"
+        raise UserError(f"{origin}: {key} must be a finite number {bound}, got {value}")
+    return value
 
 
 @torch.inference_mode()
@@ -220,6 +232,7 @@ def compare_runs(
                 "sentences): compare runs trained on the same data"
             )
     DecodeConfig().with_search(**(search or {}))  # a bad search option fails before any work
+    speeds = [training_speed(path) for path in paths]  # a damaged log too
     limit = min(c.model.max_positions for c in configs)
     lengths = [n for n in lengths if n <= limit] or [limit]
     sources, references = [s for s, _ in first], [t for _, t in first]
@@ -228,12 +241,12 @@ def compare_runs(
     in_bucket = [_bucket_of(n, buckets) for n in src_lengths]
     whole, by_bucket = BLEU(), BLEU(effective_order=True)
     runs = []
-    for path in paths:
+    for path, speed in zip(paths, speeds, strict=True):
         engine = load_torch_engine(path, checkpoint, runtime, **(search or {}))
         hypotheses = engine.translate(sources).best
         bleu, exact = _scores(hypotheses, references, whole)
         summary = RunSummary(path.name, str(path), engine.model.name,
-                             engine.parameters, *training_speed(path), bleu, exact)  # fmt: skip
+                             engine.parameters, *speed, bleu, exact)  # fmt: skip
         for b in range(len(buckets)):
             rows = [i for i, k in enumerate(in_bucket) if k == b]
             scores = _scores([hypotheses[i] for i in rows], [references[i] for i in rows],

@@ -75,9 +75,14 @@ def run_config(
 def read_metrics(out: Path) -> list[dict]:
     """All rows of a run's ``metrics.jsonl`` (training/metrics.py writes it); a line that is not
     a JSON object is an error naming it (a NaN loss is not: it is what a diverged step logs)."""
+    return [row for _, row in metrics_lines(out)]
+
+
+def metrics_lines(out: Path) -> list[tuple[str, dict]]:
+    """``read_metrics``' rows, each with its origin for messages: "OUT/metrics.jsonl line 4"."""
     path = RunDir(out).metrics
     lines = reading.read_bytes(path).splitlines()
-    return [reading.parse_json(line, f"{path} line {i}", dict, finite=False)
+    return [(f"{path} line {i}", reading.parse_json(line, f"{path} line {i}", dict, finite=False))
             for i, line in enumerate(lines, 1) if line.strip()]  # fmt: skip
 
 
