@@ -325,7 +325,6 @@ def load_ctranslate2(
     check_threads(runtime.threads)
     check_threads(runtime.inter_threads, "inter_threads")
     path = Path(model_dir)
-    heads = None  # a model converted here averages every head
     if is_export(path):
         info = read_export(path)
         config, heads = info.config, info.alignment_heads
@@ -340,7 +339,7 @@ def load_ctranslate2(
         with _torch_on_one_thread():
             loaded = load_checkpoint(path, checkpoint, "cpu")
             require_transformer(loaded.config.model, "run on the ctranslate2 engine")
-            config, path = loaded.config, loaded.path
+            config, path, heads = loaded.config, loaded.path, None  # None: every head averaged
             tokenizers = Tokenizers.load(model_dir_of(path), config.model.vocab_sizes)
             with tempfile.TemporaryDirectory(prefix="transformer-ct2-") as folder:
                 save_model(loaded.model, tokenizers, config, Path(folder), "float32", str(path))
