@@ -245,6 +245,13 @@ def test_evaluate_with_empty_files(run, tmp_path):
     result = cli("evaluate", str(run), "--src", str(tmp_path / "s.txt"),
                  "--ref", str(tmp_path / "r.txt"))  # fmt: skip
     one_line_error(result, 2, "nothing to evaluate", "s.txt")
+    # lines that are all blank on one side: BLEU 0 with exit 0, against nothing
+    for blank, other in (("s.txt", "r.txt"), ("r.txt", "s.txt")):
+        (tmp_path / blank).write_text("\n \n")
+        (tmp_path / other).write_text("twelve\nfour\n")
+        result = cli("evaluate", str(run), "--src", str(tmp_path / "s.txt"),
+                     "--ref", str(tmp_path / "r.txt"))  # fmt: skip
+        one_line_error(result, 2, "nothing to evaluate", f"every line of {tmp_path / blank}")
 
 
 @pytest.mark.parametrize(

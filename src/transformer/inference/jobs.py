@@ -257,6 +257,9 @@ def evaluate(
         pairs = read_parallel(src, ref)
         if not pairs:
             raise UserError(f"nothing to evaluate: {src} and {ref} are empty")
+        for path, side in ((src, 0), (ref, 1)):  # a score of 0 against nothing means nothing
+            if not any(pair[side].strip() for pair in pairs):
+                raise UserError(f"nothing to evaluate: every line of {path} is blank")
     else:
         splits = load_splits(engine.config.data)
         pairs, groups, note = splits.test, splits.test_groups, splits.test_note
