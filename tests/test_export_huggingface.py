@@ -175,3 +175,17 @@ def test_out_is_never_lost(numbers_model, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
     generation = json.loads((out / "generation_config.json").read_text())
     assert generation["num_beams"] == DecodeConfig().beam_size  # the model's own default
+
+
+def test_an_export_given_as_a_model_directory_says_what_it_is(numbers_model, tmp_path, capsys):
+    """A Hugging Face export given to translate was "a CTranslate2 export; use it with --engine
+    ctranslate2", which then refused its format; to train --init_from, an unknown config
+    section 'model_type'."""
+    out = export(numbers_model, tmp_path / "hf", capsys)
+    said = ["format 'transformer/huggingface'", "exported from", f"transformer import {out} OUT"]
+    for args in (["translate", str(out)], ["translate", str(out), "--engine", "ctranslate2"],
+                 ["train", "--init_from", str(out), "--corpus", "numbers", "--out",
+                  str(tmp_path / "run")]):  # fmt: skip
+        code, stdout, err = cli(args, capsys)
+        one_line_error(Result(code, stdout, err.splitlines()), 2, *said)
+    assert not (tmp_path / "run").exists()

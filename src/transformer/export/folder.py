@@ -54,12 +54,28 @@ def is_export(path: Path) -> bool:
     return folder_kind(path) == "export"
 
 
+def export_refusal(path: Path, what: str = "") -> UserError:
+    """The one-line error for an export given where a model directory is needed (``what``: the
+    option that named it, ``train.init_from``): a CTranslate2 export translates with
+    ``--engine ctranslate2``; otherwise the message names the checkpoint it was exported from,
+    and for a Hugging Face export ``transformer import``, which makes a model directory of it."""
+    values = read_json(path / MARKER)
+    named, ct2 = f"{what} {path}" if what else str(path), values.get("format") == FORMAT
+    if ct2 and not what:
+        return UserError(f"{named} is a CTranslate2 export; use it with --engine ctranslate2")
+    source = values.get("source")
+    came = f" ({source})" if isinstance(source, str) else ""
+    hub = "" if ct2 else f", or make a model directory of it with `transformer import {path} OUT`"
+    return UserError(f"{named} is an export in the format {values.get('format')!r}, not a model "
+                     f"directory: use the checkpoint it was exported from{came}{hub}")  # fmt: skip
+
+
 def read_export(path: Path) -> ExportInfo:
     """Reads an export's ``transformer-export.json`` (a UserError names a damaged one)."""
     marker, origin = path / MARKER, str(path / MARKER)
     values = read_json(marker)
     if values.get("format") != FORMAT:
-        raise UserError(f"{origin}: format = {values.get('format')!r}, expected {FORMAT!r}")
+        raise export_refusal(path)
     config = build_config(typed(values, "config", dict, origin), origin)
     quantization = typed(values, "quantization", str, origin)
     if quantization not in QUANTIZATIONS:

@@ -183,7 +183,7 @@ def load_engine(
 ) -> Engine:
     """The engine that translates: ``torch`` (``load_torch_engine``) or ``ctranslate2``, which
     loads an exported model or converts a model directory on the fly (``ctranslate2.py``)."""
-    from ..export.folder import is_export
+    from ..export.folder import export_refusal, is_export
 
     if engine == "ctranslate2":
         from .ctranslate2 import load_ctranslate2
@@ -192,5 +192,5 @@ def load_engine(
     if engine != "torch":
         raise UserError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if is_export(Path(model_dir)):
-        raise UserError(f"{model_dir} is a CTranslate2 export; use it with --engine ctranslate2")
+        raise export_refusal(Path(model_dir))
     return load_torch_engine(model_dir, checkpoint, runtime, **search)

@@ -176,6 +176,10 @@ def starting_point(config: RunConfig) -> tuple[ModelConfig, Tokenizers]:
     """The model config and tokenizers that ``train.init_from`` names: its architecture, with
     this run's dropout keys. A model key set away from its default to something else than the
     starting model has is an error that names it, not silently dropped."""
+    from ..export.folder import export_refusal, is_export
+
+    if is_export(Path(str(config.train.init_from))):  # a marker, and weights of another layout
+        raise export_refusal(Path(str(config.train.init_from)), "train.init_from")
     folder = resolve_checkpoint(Path(str(config.train.init_from)), "best")
     start = read_config(folder).model
     default = ModelConfig()
