@@ -226,7 +226,9 @@ class Tokenizers:
             remove_tree(folder / name, owner=folder)
 
     @classmethod
-    def load(cls, model_dir: str | Path, sizes: tuple[int, int]) -> Tokenizers:
+    def load(
+        cls, model_dir: str | Path, sizes: tuple[int, int], origin: str = "the model's config"
+    ) -> Tokenizers:
         """Loads what ``save`` wrote, for a model whose vocabularies have ``sizes`` (source,
         target) ids: each tokenizer must have exactly as many pieces as its side's embedding
         rows. Another model's tokenizer (a file copied over, the two sides swapped) would make
@@ -234,6 +236,7 @@ class Tokenizers:
 
         Args:
             model_dir: the model's folder (the one holding ``tokenizer/``).
+            origin: the file that gave ``sizes``, which a message names too.
         """
         folder = Path(model_dir) / TOKENIZER
         if (folder / JOINT_MODEL).is_file():
@@ -247,7 +250,8 @@ class Tokenizers:
                             f"and {TGT_MODEL}")  # fmt: skip
         for side, tokenizer, size in (("src", found.src, sizes[0]), ("tgt", found.tgt, sizes[1])):
             if tokenizer.vocab_size != size:
-                raise UserError(f"{tokenizer.name} has {tokenizer.vocab_size:,} pieces but the "
-                                f"model's {side}_vocab_size is {size:,}: it is not the tokenizer "
-                                "the model was trained with")  # fmt: skip
+                raise UserError(f"{tokenizer.name} has {tokenizer.vocab_size:,} pieces but "
+                                f"{origin} gives {side}_vocab_size {size:,}: it is not the "
+                                f"tokenizer the model was trained with, or {origin} is "
+                                "damaged")  # fmt: skip
         return found

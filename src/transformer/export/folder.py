@@ -30,12 +30,12 @@ from ..errors import UserError
 from ..files import check_replaceable, mark_folder, replace_folder
 from ..model.transformer import Transformer
 from ..model_dir.checkpoints import load_checkpoint
-from ..model_dir.layout import folder_kind, marker_name, model_dir_of
+from ..model_dir.layout import CT2_FORMAT, export_refusal, folder_kind, marker_name, model_dir_of
 from ..reading import in_range, read_json, typed
 from .spec import check_expressible, import_ctranslate2, transformer_spec
 
 MARKER = marker_name("export")  # transformer-export.json
-FORMAT = "transformer/ctranslate2"
+FORMAT = CT2_FORMAT
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "bfloat16")
 
 
@@ -52,22 +52,6 @@ class ExportInfo:
 def is_export(path: Path) -> bool:
     """Whether ``path`` is a folder that ``transformer export`` wrote."""
     return folder_kind(path) == "export"
-
-
-def export_refusal(path: Path, what: str = "") -> UserError:
-    """The one-line error for an export given where a model directory is needed (``what``: the
-    option that named it, ``train.init_from``): a CTranslate2 export translates with
-    ``--engine ctranslate2``; otherwise the message names the checkpoint it was exported from,
-    and for a Hugging Face export ``transformer import``, which makes a model directory of it."""
-    values = read_json(path / MARKER)
-    named, ct2 = f"{what} {path}" if what else str(path), values.get("format") == FORMAT
-    if ct2 and not what:
-        return UserError(f"{named} is a CTranslate2 export; use it with --engine ctranslate2")
-    source = values.get("source")
-    came = f" ({source})" if isinstance(source, str) else ""
-    hub = "" if ct2 else f", or make a model directory of it with `transformer import {path} OUT`"
-    return UserError(f"{named} is an export in the format {values.get('format')!r}, not a model "
-                     f"directory: use the checkpoint it was exported from{came}{hub}")  # fmt: skip
 
 
 def read_export(path: Path) -> ExportInfo:
@@ -125,7 +109,8 @@ def export_model(
     check_export_replaceable(out, model_dir)
     loaded = load_checkpoint(Path(model_dir), checkpoint, "cpu")
     check_expressible(loaded.config.model)  # an RNN, say: refused before anything is written
-    tokenizers = Tokenizers.load(model_dir_of(loaded.path), loaded.config.model.vocab_sizes)
+    tokenizers = Tokenizers.load(model_dir_of(loaded.path), loaded.config.model.vocab_sizes,
+                                 str(loaded.path / "config.json"))  # fmt: skip
     with export_folder(out, model_dir) as staging:
         save_model(loaded.model, tokenizers, loaded.config, staging, quantization, str(loaded.path))
     return ExportInfo(loaded.config, quantization, str(loaded.path), loaded.config.model.n_heads)

@@ -35,7 +35,7 @@ from ..export.folder import check_export_replaceable, export_folder
 from ..files import mark_folder, write_bytes, write_json_atomic, write_text
 from ..model.build import build_model
 from ..model_dir.checkpoints import read_config, resolve_checkpoint
-from ..model_dir.layout import CONFIG, WEIGHTS, model_dir_of
+from ..model_dir.layout import CONFIG, HF_FORMAT, WEIGHTS, model_dir_of
 from ..model_dir.weights import weights_of
 from ..vocab import BOS_ID
 from .marian_config import check_exportable, generation_config, marian_config
@@ -43,7 +43,7 @@ from .marian_vocab import marian_from_ours, vocab_json
 from .marian_weights import BIAS, export_names, halves_permutation, take_rows, to_halves
 from .tensor_files import SAFETENSORS, write_safetensors
 
-FORMAT = "transformer/huggingface"
+FORMAT = HF_FORMAT
 VOCABULARY_TENSORS = ("src_embed.tokens.weight", "tgt_embed.tokens.weight", "output.weight")
 
 
@@ -62,7 +62,8 @@ def export_huggingface(model_dir: str | Path, out: str | Path, checkpoint: str =
     folder = resolve_checkpoint(Path(model_dir), checkpoint)
     config = read_config(folder)
     check_exportable(config.model)
-    tokenizers = Tokenizers.load(model_dir_of(folder), config.model.vocab_sizes)
+    tokenizers = Tokenizers.load(model_dir_of(folder), config.model.vocab_sizes,
+                                 str(folder / "config.json"))  # fmt: skip
     with torch.device("meta"):  # the shapes the config gives, checked against the weights
         model = build_model(config.model, str(folder / CONFIG))
     state = weights_of(model, folder / WEIGHTS)

@@ -70,7 +70,7 @@ from ..data.batching import pad
 from ..data.tokenizer import Tokenizers
 from ..device import check_threads, cores
 from ..errors import UserError
-from ..export.folder import is_export, read_export, save_model
+from ..export.folder import MARKER, is_export, read_export, save_model
 from ..export.spec import import_ctranslate2
 from ..model.build import build_model, require_transformer
 from ..model_dir.checkpoints import load_checkpoint
@@ -328,7 +328,7 @@ def load_ctranslate2(
     if is_export(path):
         info = read_export(path)
         config, heads = info.config, info.alignment_heads
-        tokenizers = Tokenizers.load(path, config.model.vocab_sizes)
+        tokenizers = Tokenizers.load(path, config.model.vocab_sizes, str(path / MARKER))
         try:
             model = _ct2_model(ct2, path, runtime, info.quantization)
         except (RuntimeError, ValueError, OSError) as error:  # a damaged or incomplete export

@@ -155,7 +155,9 @@ def load_torch_engine(
     device = prepare_runtime(runtime)
     loaded = load_checkpoint(Path(model_dir), checkpoint, device)
     decode = loaded.config.decode.with_search(**search)
-    tokenizers = Tokenizers.load(model_dir_of(loaded.path), loaded.config.model.vocab_sizes)
+    config_file = str(loaded.path / "config.json")  # what gave the sizes
+    tokenizers = Tokenizers.load(model_dir_of(loaded.path), loaded.config.model.vocab_sizes,
+                                 config_file)  # fmt: skip
     tokenizers = tokenizers.for_target_language(decode.target_language)
     precision, _ = resolve_precision(runtime.precision, device, loaded.model.width, False)
     packed = 0
@@ -183,7 +185,8 @@ def load_engine(
 ) -> Engine:
     """The engine that translates: ``torch`` (``load_torch_engine``) or ``ctranslate2``, which
     loads an exported model or converts a model directory on the fly (``ctranslate2.py``)."""
-    from ..export.folder import export_refusal, is_export
+    from ..export.folder import is_export
+    from ..model_dir.layout import export_refusal
 
     if engine == "ctranslate2":
         from .ctranslate2 import load_ctranslate2

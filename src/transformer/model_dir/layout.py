@@ -121,3 +121,30 @@ def made_entries(folder: Path, kind: str) -> set[str]:
 def model_dir_of(folder: Path) -> Path:
     """The model directory a checkpoint folder belongs to (``OUT/checkpoints/NAME`` -> ``OUT``)."""
     return folder.parent.parent if folder.parent.name == CHECKPOINTS else folder
+
+
+# What ``transformer export`` writes (its marker's "format"), for CTranslate2 and Hugging Face
+CT2_FORMAT, HF_FORMAT = "transformer/ctranslate2", "transformer/huggingface"
+
+
+def export_refusal(path: Path, what: str = "") -> UserError:
+    """The one-line error for an export given where a model directory is needed (``what``: the
+    option that named it, ``train.init_from``): a CTranslate2 export translates with
+    ``--engine ctranslate2``; otherwise the message names the checkpoint it was exported from,
+    and for a Hugging Face export ``transformer import``, which makes a model directory of it. A
+    marker of another format is named as damaged."""
+    marker = path / marker_name("export")
+    values = read_json(marker)
+    found = values.get("format")
+    if found not in (CT2_FORMAT, HF_FORMAT):
+        return UserError(f"{marker}: format = {found!r}, expected {CT2_FORMAT!r} or "
+                         f"{HF_FORMAT!r}")  # fmt: skip
+    named = f"{what} {path}" if what else str(path)
+    if found == CT2_FORMAT and not what:
+        return UserError(f"{named} is a CTranslate2 export; use it with --engine ctranslate2")
+    source = values.get("source")
+    came = f" ({source})" if isinstance(source, str) else ""
+    hub = f", or make a model directory of it with `transformer import {path} OUT`" if (
+        found == HF_FORMAT) else ""  # fmt: skip
+    return UserError(f"{named} is an export in the format {found!r}, not a model directory: "
+                     f"use the checkpoint it was exported from{came}{hub}")  # fmt: skip

@@ -28,7 +28,7 @@ from ..errors import UserError
 from ..files import remove_tree
 from ..model.build import check_memory
 from ..model_dir.checkpoints import read_config, resolve_checkpoint
-from ..model_dir.layout import model_dir_of
+from ..model_dir.layout import export_refusal, folder_kind, model_dir_of
 from ..model_dir.runs import RunDir
 from ..reading import typed
 
@@ -120,7 +120,7 @@ def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
         check_resumable(saved, config)
     splits = stream_splits(config.data)
     if saved is not None:  # the sizes the run was trained with (config's are filled in below)
-        tokenizers = Tokenizers.load(run.root, saved.model.vocab_sizes)
+        tokenizers = Tokenizers.load(run.root, saved.model.vocab_sizes, str(run.config))
     elif config.train.init_from:
         model, tokenizers = starting_point(config)
         config = replace(config, model=model)
@@ -176,9 +176,7 @@ def starting_point(config: RunConfig) -> tuple[ModelConfig, Tokenizers]:
     """The model config and tokenizers that ``train.init_from`` names: its architecture, with
     this run's dropout keys. A model key set away from its default to something else than the
     starting model has is an error that names it, not silently dropped."""
-    from ..export.folder import export_refusal, is_export
-
-    if is_export(Path(str(config.train.init_from))):  # a marker, and weights of another layout
+    if folder_kind(Path(str(config.train.init_from))) == "export":  # weights laid out otherwise
         raise export_refusal(Path(str(config.train.init_from)), "train.init_from")
     folder = resolve_checkpoint(Path(str(config.train.init_from)), "best")
     start = read_config(folder).model
@@ -193,7 +191,9 @@ def starting_point(config: RunConfig) -> tuple[ModelConfig, Tokenizers]:
                 f"(only {', '.join(REGULARISATION)} may be set)"
             )
     model = replace(start, **{key: getattr(config.model, key) for key in REGULARISATION})
-    return model, Tokenizers.load(model_dir_of(folder), start.vocab_sizes)
+    return model, Tokenizers.load(
+        model_dir_of(folder), start.vocab_sizes, str(folder / "config.json")
+    )
 
 
 def _training_set(
