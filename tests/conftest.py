@@ -30,6 +30,17 @@ def numbers_model(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """A tiny number-words run with checkpoints at steps 10 and 20 (best = last = 20), for
+    tests that damage a copy of it (tests/test_faults.py, test_faults_training_files.py)."""
+    out = tmp_path_factory.mktemp("tiny_run") / "run"
+    args = [*TINY_NUMBERS, "--bleu_sentences", "5", "--log_every", "1", "--max_steps", "20",
+            "--save_every", "10", "--validate_every", "10"]  # fmt: skip
+    train(train_config(args), out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
 def copy_model(tmp_path_factory) -> Path:
     """A tiny model trained to copy its input (800 steps, about 15 s on a quiet 2-core machine):
     a task whose right answer and word alignment (the diagonal) are known. Every word is one

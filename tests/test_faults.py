@@ -23,9 +23,8 @@ from pathlib import Path
 import pytest
 
 from transformer import files
-from transformer.training.loop import train
 
-from helpers import TINY_NUMBERS, Result, one_line_error, snapshot, train_config
+from helpers import TINY_NUMBERS, Result, one_line_error, snapshot
 from helpers import cli_main as cli
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes
@@ -34,20 +33,11 @@ TINY = [*TINY_NUMBERS, "--bleu_sentences", "5", "--log_every", "1"]
 STEP_10, STEP_20 = "step_00000010", "step_00000020"
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
-    """A tiny run with checkpoints at steps 10 and 20 (best = last = 20)."""
-    out = tmp_path_factory.mktemp("faults") / "run"
-    args = [*TINY, "--max_steps", "20", "--save_every", "10", "--validate_every", "10"]
-    train(train_config(args), out, progress=False)
-    return out
-
-
 @pytest.fixture
-def run(trained, tmp_path) -> Path:
-    """A fresh copy of the tiny run, and a user's own file beside it."""
+def run(tiny_run, tmp_path) -> Path:
+    """A fresh copy of the tiny run (conftest.py), and a user's own file beside it."""
     copy = tmp_path / "run"
-    shutil.copytree(trained, copy)
+    shutil.copytree(tiny_run, copy)
     (copy / "notes.txt").write_text("the user's notes, never to be touched\n")
     return copy
 

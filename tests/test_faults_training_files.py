@@ -17,30 +17,18 @@ import numpy as np
 import pytest
 import torch
 
-from transformer.training.loop import train
-
-from helpers import TINY_NUMBERS, one_line_error, snapshot, train_config
 from helpers import cli_main as cli
+from helpers import one_line_error, snapshot
 
 pytestmark = pytest.mark.slow  # every test here trains
 
 STEP_10, STEP_20 = "step_00000010", "step_00000020"
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
-    """A tiny run with checkpoints at steps 10 and 20."""
-    out = tmp_path_factory.mktemp("training_files") / "run"
-    args = [*TINY_NUMBERS, "--max_steps", "20", "--save_every", "10", "--validate_every", "10",
-            "--bleu_sentences", "5"]  # fmt: skip
-    train(train_config(args), out, progress=False)
-    return out
-
-
 @pytest.fixture
-def run(trained, tmp_path) -> Path:
+def run(tiny_run, tmp_path) -> Path:
     copy = tmp_path / "run"
-    shutil.copytree(trained, copy)
+    shutil.copytree(tiny_run, copy)
     return copy
 
 
