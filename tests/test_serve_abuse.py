@@ -340,3 +340,28 @@ def test_planning_is_dropped_for_a_client_that_left_and_counts_in_the_timeout(
         waited = time.monotonic() - start
     assert_error(late, 504, "timeout", "serve.timeout")
     assert waited < 0.9, waited  # not the 1 s of planning, then the search
+
+
+@pytest.mark.slow
+def test_requests_beyond_what_the_planner_may_hold_are_a_429(torch_engine, monkeypatch):
+    from transformer.serve import texts
+
+    plan_for = texts.plan_for
+    monkeypatch.setattr(texts, "plan_for", lambda *args: time.sleep(1.0) or plan_for(*args))
+    monkeypatch.setattr(texts, "MAX_PLANS", 2)
+    body = {"sentences": ["one. two."], "document": True}
+    deadline = time.monotonic() + 10
+    while texts.PLANNER.held and time.monotonic() < deadline:  # another test's last plan
+        time.sleep(0.05)
+    with served_in_a_thread(torch_engine) as port:
+        held = [_request("127.0.0.1", port, body) for _ in range(2)]  # read, and waiting to be
+        time.sleep(0.3)
+        start = time.monotonic()
+        sock = _request("127.0.0.1", port, body)
+        over = sock.recv(65536)
+        refused = time.monotonic() - start
+        over += sock.recv(65536) if over.endswith(b"\r\n\r\n") else b""  # the body apart
+        answers = [sock.recv(65536) for sock in held]
+    assert over.startswith(b"HTTP/1.1 429") and b"queue_full" in over and b"retry-after" in over
+    assert refused < 0.5, refused  # at once, not after the 2 s the others take
+    assert all(a.startswith(b"HTTP/1.1 200") for a in answers), answers

@@ -12,6 +12,7 @@ probabilities. The answer has the usual fields, plus, with ``jsonl``, ``log_prob
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -23,14 +24,42 @@ from ..inference.engine import Engine
 from ..inference.markup import MarkupError
 from ..inference.search import Stopped
 from ..inference.texts import Plan, TextOut, aligned, check_options, plan_for, put_back, record
+from .batcher import QueueFull
 from .errors import ApiError
 from .records import finite
 
 # Cutting texts into sentences (pysbd) and reading markup take up to a second for the largest
 # request the default limits admit: done on the event loop, every other request (/health too)
 # would wait. One thread of its own, because pysbd's segmenter keeps the text it is cutting
-# on itself, so that two texts at once on one segmenter would mix.
-PLANNER = ThreadPoolExecutor(1, thread_name_prefix="transformer-plan")
+# on itself, so that two texts at once on one segmenter would mix. At most MAX_PLANS requests
+# are read or wait to be (about 0.45 s each at the largest): more are a 429, as a full queue is.
+MAX_PLANS = 16
+
+
+class _Planner:
+    """The one planning thread, and how many requests it holds (``submit`` raises QueueFull
+    beyond ``MAX_PLANS``)."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="transformer-plan")
+        self.held, self.lock = 0, threading.Lock()
+
+    def submit(self, job: Callable[[], Any]) -> Future:
+        with self.lock:
+            if self.held >= MAX_PLANS:
+                raise QueueFull(f"{self.held} requests are having their texts read or wait to, "
+                                "as many as may")  # fmt: skip
+            self.held += 1
+        future = self.pool.submit(job)
+        future.add_done_callback(self._release)  # done, failed or cancelled
+        return future
+
+    def _release(self, _: Future) -> None:
+        with self.lock:
+            self.held -= 1
+
+
+PLANNER = _Planner()
 
 
 def check_request(decode: DecodeConfig, document: bool, jsonl: bool, flag: bool,
