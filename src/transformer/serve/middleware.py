@@ -139,10 +139,11 @@ def _key_given_twice(body: bytes) -> str | None:
     None; a body that is not JSON is left to the app's own errors."""
 
     def pairs(found: list[tuple[str, Any]]) -> dict:
-        keys = [key for key, _ in found]
-        if len(set(keys)) < len(keys):
-            key = next(k for i, k in enumerate(keys) if k in keys[:i])
-            raise _Twice(json.dumps(key if len(key) <= 40 else key[:40] + "..."))
+        seen: set[str] = set()
+        for key, _ in found:  # one pass: a body of 6,000 keys is 6,000 steps, not 18 million
+            if key in seen:
+                raise _Twice(json.dumps(key if len(key) <= 40 else key[:40] + "..."))
+            seen.add(key)
         return dict(found)
 
     try:
