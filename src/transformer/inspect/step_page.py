@@ -21,7 +21,7 @@ from ..inference.engine import TorchEngine
 from ..inference.search import Stopped
 from ..model_dir.layout import model_dir_of
 from .step_view import check_fits, step_view
-from .trace import trace_sentence
+from .trace import check_sentence, trace_sentence
 
 PAGE = Path(__file__).parent / "page"
 STYLE = "step.css"
@@ -63,9 +63,9 @@ def engine_view(
     ``stopped(0)``: nobody waits for it any more (the search ends at its next step). A view
     that cannot fit whatever the search finds is refused before the search."""
     facts, decode = model_facts(engine), decode or engine.decode
-    S = len(encode_source(engine.tokenizers.src.encode(sentence)))
-    shortest = min(decode.min_len, engine.model.config.max_positions - 1)
-    check_fits(S, shortest, facts, least=True)
+    ids, positions = encode_source(engine.tokenizers.src.encode(sentence)), facts["max_positions"]
+    check_sentence(sentence, ids, positions)  # too long for the model: said as that, first
+    check_fits(len(ids), min(decode.min_len, positions - 1), facts, least=True)
     return step_view(trace_sentence(engine, sentence, decode, stopped), facts)
 
 
