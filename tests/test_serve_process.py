@@ -62,6 +62,17 @@ def test_an_api_key_is_needed_off_loopback():
         assert with_api_key(ServeConfig(host=host, api_key="o"), {API_KEY_ENV: "k"}).api_key == "o"
 
 
+def test_a_key_from_the_environment_that_no_client_could_send_is_refused():
+    """A key read from bytes that are not UTF-8 made every request a 500 (its ``encode`` failed);
+    one with a space or a letter outside ASCII could never match what a client sends."""
+    for key, words in (("s3cr\udcffet", "the byte 0xFF, which is not UTF-8"),
+                       ("s3 cret", "character 3 is ' '"), ("s3cr\tet", "U+0009")):  # fmt: skip
+        with pytest.raises(UserError, match=API_KEY_ENV) as refused:
+            with_api_key(ServeConfig(), {API_KEY_ENV: key})
+        assert words in str(refused.value)
+    assert with_api_key(ServeConfig(), {API_KEY_ENV: "A-z_0.9~+/="}).api_key == "A-z_0.9~+/="
+
+
 def test_serve_off_loopback_without_a_key_is_refused_before_loading(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv(API_KEY_ENV, raising=False)
     missing = tmp_path / "no-such-model"  # never read: the address is checked first
@@ -77,6 +88,8 @@ def test_serve_off_loopback_without_a_key_is_refused_before_loading(tmp_path, ca
         (["--serve.max_wait_ms", "nan"], ["max_wait_ms"]),
         (["--max_queue", "2", "--max_sentences", "5"], ["max_queue (2)", "max_sentences (5)"]),
         (["--api-key", " "], ["api_key"]),
+        (["--api-key", "two words"], ["api_key", "character 4 is ' '"]),
+        (["--api-key", "clé"], ["api_key", "character 3"]),
         (["--timeout", "0"], ["timeout"]),
     ],
 )

@@ -18,6 +18,23 @@ from ..errors import BadValue
 API_KEY_ENV = "TRANSFORMER_API_KEY"
 
 
+def api_key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be a bearer token, or None. A client sends it in an HTTP header, which
+    carries visible ASCII: a space, a control character or any other character (such as one
+    decoded from bytes that are not UTF-8) could never be sent as it is compared."""
+    if not key.strip():
+        return "must not be empty (leave it out for no key)"
+    for i, char in enumerate(key):
+        if not "!" <= char <= "~":
+            if 0xDC80 <= ord(char) <= 0xDCFF:  # how Python reads a byte that is not UTF-8
+                shown = f"the byte 0x{ord(char) - 0xDC00:02X}, which is not UTF-8"
+            else:
+                shown = ascii(char) if char.isprintable() else f"U+{ord(char):04X}"
+            return (f"must be visible ASCII characters (a bearer token), but character {i + 1} "
+                    f"is {shown}")  # fmt: skip
+    return None
+
+
 @dataclass(frozen=True)
 class ServeConfig:
     """The HTTP service: address, API key, request limits and dynamic batching."""
@@ -71,8 +88,8 @@ class ServeConfig:
             raise BadValue("ServeConfig.host must be an address, got an empty string")
         if not 0 <= self.port <= 65535:
             raise BadValue(f"ServeConfig.port must be in 0..65535, got {self.port!r}")
-        if self.api_key is not None and not self.api_key.strip():
-            raise BadValue("ServeConfig.api_key must not be empty (leave it out for no key)")
+        if self.api_key is not None and (problem := api_key_problem(self.api_key)):
+            raise BadValue(f"ServeConfig.api_key {problem}")
         if not 0 < self.timeout <= 3600:
             raise BadValue(
                 f"ServeConfig.timeout must be in (0, 3600] seconds, got {self.timeout!r}"

@@ -35,7 +35,7 @@ from ..config import RuntimeConfig
 from ..errors import UserError
 from ..inference.compiled import warm_up
 from ..inference.engine import TorchEngine, load_engine
-from .config import API_KEY_ENV, ServeConfig
+from .config import API_KEY_ENV, ServeConfig, api_key_problem
 from .middleware import access_log
 
 
@@ -82,6 +82,8 @@ def with_api_key(config: ServeConfig, environ: os._Environ | dict) -> ServeConfi
     """``config`` with its API key from the environment when none was given; refused (one
     line, before anything is loaded) when the address is not loopback and there is no key."""
     if config.api_key is None and environ.get(API_KEY_ENV):
+        if problem := api_key_problem(environ[API_KEY_ENV]):
+            raise UserError(f"the environment variable {API_KEY_ENV} {problem}")
         config = replace(config, api_key=environ[API_KEY_ENV])
     if config.api_key is None and not config.on_loopback:
         raise UserError(
