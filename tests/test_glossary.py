@@ -218,6 +218,8 @@ def test_a_glossary_file_is_read_blank_lines_skipped(tmp_path):
         (b"seventy\tsept\x00ante\n", ["line 1", "binary"]),
         (b"seventy\tsept\xe9\n", ["line 1", "UTF-8"]),
         (b"\n\n", ["no terms"]),
+        (b"seventy\tseptante\rninety\tnonante\r", ["line 1", "carriage return", "Mac"]),
+        (b"four\tquatre\nseventy\tsept\rante\r\n", ["line 2", "carriage return"]),
     ],
 )
 def test_a_bad_glossary_is_one_line_naming_the_file_and_line(tmp_path, content, words):

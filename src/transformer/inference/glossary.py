@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from ..data.readers import carriage_return
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..reading import read_bytes
@@ -59,6 +60,8 @@ class Glossary:
             except UnicodeDecodeError as error:
                 byte = raw[error.start]
                 raise UserError(f"{where} is not valid UTF-8 (byte {byte:#04x})") from None
+            if "\r" in line:  # old Mac line endings: every term on one line
+                raise carriage_return(where)
             if number == 1:
                 line = line.removeprefix("\ufeff")  # a byte-order mark some editors write
             if not line.strip():
