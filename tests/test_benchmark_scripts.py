@@ -1,0 +1,24 @@
+"""The benchmark scripts still run against the library as it is (they are run by hand, so a
+change to an API they call would otherwise show only when someone next measures)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def test_translate_speed_runs_a_trained_model_on_its_test_split(numbers_model, tmp_path):
+    out = tmp_path / "table.md"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "translate_speed.py"), "--model", str(numbers_model),
+         "--settings", "run", "--engines", "torch,torch-serial", "--threads", "1",
+         "--rounds", "1", "--limit", "6", "--markdown", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = out.read_text()
+    assert "its test split (6 sentences)" in table
+    for search in ("greedy", "beam 4"):  # each engine's row, with its BLEU and outputs compared
+        assert f"| {search} | torch | " in table and f"| {search} | torch-serial | " in table
+    assert table.count("| 6/6 |") == 4  # one batch at a time gives the same outputs
