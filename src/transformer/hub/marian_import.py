@@ -207,6 +207,7 @@ def _check_weights(weights: WeightFile, model: MarianModel) -> None:
                         f"{', '.join(unknown[:3])}")  # fmt: skip
     for theirs in sorted(set(names.values()) & set(weights.shapes)):  # one tensor at a time
         check_weights_finite(weights.get(theirs), theirs, weights.path)
+        weights.release()  # its pages leave resident memory, not to pile up under the next
     table = sinusoidal_table(config.max_positions, config.d_model, "halves")  # (P, D)
     for name in POSITIONS:
         if name in weights.shapes:  # written by older versions; Marian's are fixed sinusoids
