@@ -14,7 +14,9 @@
    into the child's, and this parent holds the model.)
 3. The imported model against ``MarianMTModel.generate`` on the same 500 English sentences of
    Multi30k's test2016, greedy and beam 4, fp32, 2 threads: 64 sentences a batch, sorted by
-   length, for both. Random weights run every sentence to the length limit, so both make 32
+   length, for both; ours as ``transformer translate`` runs it (its linear layers packed, a
+   batch per thread), ``generate`` one batch at a time on both threads. Random weights run
+   every sentence to the length limit, so both make 32
    tokens and the forced </s> for every sentence (``forced_eos_token_id``; ours forces </s>
    there too): equal work. α = 0 in both (their length penalties differ). The rounds alternate
    ours and theirs; each keeps its fastest pass. The outputs are compared token for token.
@@ -38,10 +40,13 @@ from pathlib import Path
 import sentencepiece as spm
 import torch
 
-from transformer.config import DecodeConfig
+from transformer.config import DecodeConfig, RuntimeConfig
 from transformer.data.batching import encode_source
 from transformer.data.tokenizer import Tokenizers
 from transformer.inference import translate_ids
+from transformer.inference.next_tokens import BLOCK
+from transformer.inference.parallel import decode_threads
+from transformer.model.linear import pack_linear_layers
 from transformer.model_dir.checkpoints import load_checkpoint, read_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,6 +132,9 @@ def translation(folder: Path, out: Path, sentences: list[str], rounds: int) -> l
     hf = MarianMTModel.from_pretrained(folder).eval()
     tokenizer = MarianTokenizer.from_pretrained(folder)
     ours = load_checkpoint(out).model
+    # as `transformer translate` runs it: linear layers packed for oneDNN, a batch per thread
+    pack_linear_layers(ours, ours.output, BLOCK, torch.float, ours.once_per_batch())
+    threads = decode_threads(RuntimeConfig(threads=torch.get_num_threads()), torch.device("cpu"))
     tokenizers = Tokenizers.load(out, read_config(out).model.vocab_sizes)
     ids = [encode_source(tokenizers.src.encode(s)) for s in sentences]
     order = sorted(range(len(sentences)), key=lambda i: len(ids[i]))
@@ -137,7 +145,8 @@ def translation(folder: Path, out: Path, sentences: list[str], rounds: int) -> l
                               max_len_b=LIMIT, batch_size=64)  # fmt: skip
 
         def run_ours(decode: DecodeConfig = decode) -> list[list[str]]:
-            return [[pieces[i] for i in h[0].tokens] for h in translate_ids(ours, ids, decode)]
+            found = translate_ids(ours, ids, decode, threads=threads)
+            return [[pieces[i] for i in h[0].tokens] for h in found]
 
         def run_hf(beams: int = beams) -> list[list[str]]:
             found: dict[int, list[str]] = {}
