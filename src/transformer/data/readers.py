@@ -41,13 +41,6 @@ def _check_file(path: Path) -> None:
                         "also come on standard input)")  # fmt: skip
 
 
-def carriage_return(where: str) -> UserError:
-    """The error for a carriage return inside the line ``where`` ("FILE: line N")."""
-    return UserError(f"{where} holds a carriage return (\\r) inside the line; lines end with "
-                     "\\n or \\r\\n (a file with old Mac line endings? convert it: "
-                     "tr '\\r' '\\n')")  # fmt: skip
-
-
 def decoded_lines(stream: IO[bytes], name: str) -> Iterator[str]:
     """The lines of a byte stream (a file, standard input, a member of a zip), decoded strictly
     as UTF-8 one at a time, so that an error can name its 1-based line. Refused too: a NUL byte
@@ -70,7 +63,9 @@ def decoded_lines(stream: IO[bytes], name: str) -> Iterator[str]:
                 f"position {error.start + 1} of the line)"
             ) from None
         if "\r" in line:  # old Mac line endings, or damage: the lines after it would be lost
-            raise carriage_return(f"{name}: line {number}")
+            raise UserError(f"{name}: line {number} holds a carriage return (\\r) inside the "
+                            "line; lines end with \\n or \\r\\n (a file with old Mac line "
+                            "endings? convert it: tr '\\r' '\\n')")  # fmt: skip
         if number == 1 and line.startswith("\ufeff"):  # a byte-order mark some editors write
             line = line[1:]
         yield line

@@ -15,13 +15,14 @@ model's positions hold or a target term the target vocabulary cannot spell.
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from ..data.readers import carriage_return
+from ..data.readers import decoded_lines
 from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..reading import read_bytes
@@ -50,20 +51,9 @@ class Glossary:
         """The glossary in a ``source<TAB>target`` file, checked (the module's docstring)."""
         data = read_bytes(path, MAX_BYTES)
         entries = []
-        for number, raw in enumerate(data.split(b"\n"), 1):
+        # the rules of every reader of lines: UTF-8, no NUL, no carriage return inside a line
+        for number, line in enumerate(decoded_lines(io.BytesIO(data), str(path)), 1):
             where = f"{path}: line {number}"
-            if b"\0" in raw:
-                raise UserError(f"{where} holds a NUL byte: {path} is a binary file, not a "
-                                "glossary (source<TAB>target, one term a line)")  # fmt: skip
-            try:
-                line = raw.decode("utf-8").rstrip("\r")
-            except UnicodeDecodeError as error:
-                byte = raw[error.start]
-                raise UserError(f"{where} is not valid UTF-8 (byte {byte:#04x})") from None
-            if "\r" in line:  # old Mac line endings: every term on one line
-                raise carriage_return(where)
-            if number == 1:
-                line = line.removeprefix("\ufeff")  # a byte-order mark some editors write
             if not line.strip():
                 continue
             columns = line.split("\t")
