@@ -29,6 +29,7 @@ from safetensors.torch import load_file
 from transformer.config import DecodeConfig
 from transformer.data.batching import encode_source, pad
 from transformer.data.tokenizer import Tokenizers
+from transformer.errors import UserError
 from transformer.hub import import_marian
 from transformer.hub.marian_import import CHECKPOINT
 from transformer.inference import translate_ids
@@ -366,3 +367,16 @@ def test_the_check_of_every_weight_leaves_no_copy_of_the_file_in_memory(tmp_path
     import_marian(str(folder), tmp_path / "out")
     assert len(seen) > 30
     assert max(seen) - start < 0.25 * file_mb, (start, max(seen), file_mb)
+
+
+def test_a_weights_file_gone_after_release_is_named(pristine, tmp_path):
+    from transformer.hub.tensor_files import WeightFile
+
+    folder = Path(shutil.copytree(pristine, tmp_path / "hf"))
+    weights = WeightFile(folder)
+    name = next(iter(weights.shapes))
+    weights.get(name)
+    weights.release()
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(UserError, match="model.safetensors cannot be read"):
+        weights.get(name)

@@ -73,6 +73,8 @@ class WeightFile:
             tensor = self._file.get_tensor(name)
         except SafetensorError as error:
             raise UserError(f"{self.path} is damaged ({error})") from None
+        except OSError as error:  # mapped again after ``release``: gone or unreadable since
+            raise UserError(f"{self.path} cannot be read ({error.strerror})") from None
         return tensor.float()
 
     def release(self) -> None:
