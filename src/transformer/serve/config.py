@@ -44,7 +44,8 @@ class ServeConfig:
     port: int = 8000
     """TCP port; 0 picks a free one (the address is printed on stderr)."""
     api_key: str | None = None
-    """Bearer token every API request must send (default: $TRANSFORMER_API_KEY)."""
+    """Bearer token every API request must send, visible ASCII without spaces (default:
+    $TRANSFORMER_API_KEY)."""
     max_body_bytes: int = 65_536
     """Largest request body in bytes; larger: 413."""
     max_sentences: int = 64
