@@ -175,3 +175,57 @@ def test_weights_of_another_shape_or_name_are_refused_before_any_is_copied(tmp_p
     save_file(other, tmp_path / "other.safetensors")
     load_weights(model, tmp_path / "other.safetensors")
     assert all(torch.equal(t, other[n]) for n, t in model_state(model).items())
+
+
+def _peak_rss_reset() -> bool:
+    """Resets the process's peak resident memory (VmHWM); False where Linux does not let it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        line = next(line for line in f if line.startswith(f"{field}:"))
+    return int(line.split()[1]) / 1024
+
+
+def test_loading_weights_holds_no_second_copy_of_them(tmp_path):
+    """load_weights reads each float32 tensor into its parameter: while it runs, the process
+    holds not much more than the model, where reading the tensors through the file's mapping
+    held the file's pages and a new tensor of each besides (the peak at twice the weights)."""
+    from safetensors.torch import save_file
+
+    from transformer.model_dir.weights import load_weights, model_state
+
+    cfg = ModelConfig.preset("tiny", src_vocab_size=40_000, tgt_vocab_size=40_000, d_model=128)
+    torch.manual_seed(0)
+    saved = model_state(Transformer(cfg))
+    size_mb = sum(t.numel() * 4 for t in saved.values()) / 2**20  # 20 MB: the embedding
+    save_file(saved, tmp_path / "model.safetensors")
+    model = Transformer(cfg)
+    before = _status_mb("VmRSS")
+    if not _peak_rss_reset():
+        pytest.skip("this system does not let a process reset its peak memory")
+    load_weights(model, tmp_path / "model.safetensors")
+    assert _status_mb("VmHWM") - before < 0.25 * size_mb
+    assert all(torch.equal(t, saved[n]) for n, t in model_state(model).items())
+
+
+def test_weights_whose_sum_overflows_are_finite_and_load(tmp_path):
+    """The finiteness check sums a tensor first; a sum that overflows on finite values is looked
+    at value by value, not refused."""
+    from safetensors.torch import save_file
+
+    from transformer.model_dir.weights import load_weights, model_state
+
+    torch.manual_seed(0)
+    model = Transformer(run_config().model)
+    state = model_state(model)
+    state["encoder.layers.0.feed_forward.linear1.weight"].fill_(3e38)
+    save_file(state, tmp_path / "large.safetensors")
+    assert model_state(model)["encoder.layers.0.feed_forward.linear1.weight"].sum().isinf()
+    load_weights(Transformer(run_config().model), tmp_path / "large.safetensors")
