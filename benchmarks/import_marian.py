@@ -133,7 +133,7 @@ def translation(folder: Path, out: Path, sentences: list[str], rounds: int) -> l
     tokenizer = MarianTokenizer.from_pretrained(folder)
     ours = load_checkpoint(out).model
     # as `transformer translate` runs it: linear layers packed for oneDNN, a batch per thread
-    pack_linear_layers(ours, ours.output, BLOCK, torch.float, ours.once_per_batch())
+    pack_linear_layers(ours, ours.output, BLOCK, torch.float, ours.once_per_batch(), True)
     threads = decode_threads(RuntimeConfig(threads=torch.get_num_threads()), torch.device("cpu"))
     tokenizers = Tokenizers.load(out, read_config(out).model.vocab_sizes)
     ids = [encode_source(tokenizers.src.encode(s)) for s in sentences]

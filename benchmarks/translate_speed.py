@@ -188,7 +188,7 @@ def _runner(args: argparse.Namespace, decode: DecodeConfig):
             model.beams_share_memory = False
         if args.engine not in ("torch-compiled", "torch-mkl"):  # as `transformer translate`
             dtype = torch.bfloat16 if args.engine == "torch-bf16" else torch.float
-            pack_linear_layers(model, model.output, BLOCK, dtype, model.once_per_batch())
+            pack_linear_layers(model, model.output, BLOCK, dtype, model.once_per_batch(), True)
         if args.engine == "torch-compiled":  # the model itself, not a wrapper, is compiled
             if args.setting == "fixed":
                 hold_back_eos(model)

@@ -13,7 +13,14 @@ from transformer.config import ModelConfig, RuntimeConfig
 from transformer.inference.engine import load_torch_engine
 from transformer.inference.next_tokens import BLOCK, best_next_tokens
 from transformer.model import Transformer
-from transformer.model.linear import Linear, linear, pack_linear_layers, packed_product
+from transformer.model.linear import (
+    Linear,
+    PlainWeightReleased,
+    largest_weight,
+    linear,
+    pack_linear_layers,
+    packed_product,
+)
 from transformer.vocab import EOS_ID
 
 from helpers import four_searches
@@ -195,6 +202,40 @@ def test_searches_are_the_same_with_the_layers_packed(search, tie_output):
         assert a.score == pytest.approx(b.score, abs=1e-3)
 
 
+@pytest.mark.parametrize("tie_output", [False, True])
+def test_plain_weights_released_once_packed_hold_no_memory_and_searches_stay_the_same(tie_output):
+    model = wide_model(1100, tie_output=tie_output)
+    plain = four_searches(model, "beam")
+    largest = max(float(p.detach().abs().max()) for p in model.parameters())
+    linears = [m for m in model.modules() if isinstance(m, Linear)]
+    assert pack_linear_layers(model, model.output, BLOCK, release=True) == len(linears)
+    released = [m for m in linears if m.weight.is_meta]
+    assert all(m.weight.shape == (m.out_features, m.in_features) for m in released)
+    # a weight another module reads stays: the output layer's, tied to the embedding
+    assert model.output.weight.is_meta != tie_output
+    assert len(released) == len(linears) - tie_output
+    assert tie_output == (model.output.weight is model.tgt_embed.tokens.weight)
+    found = four_searches(model, "beam")
+    assert [[h.tokens for h in hs] for hs in found] == [[h.tokens for h in hs] for hs in plain]
+    assert largest_weight(model) == pytest.approx(largest)  # search.py's message names it
+
+
+def test_a_layer_whose_plain_weight_was_released_refuses_what_only_it_could_do():
+    """With a gradient or under autocast the packed weight is not used: such a layer raises,
+    where multiplying by its stand-in would give no numbers, or wrong ones."""
+    model = wide_model(300)
+    pack_linear_layers(model, model.output, BLOCK, release=True)
+    layer = model.decoder.layers[0].feed_forward.linear1
+    x = torch.randn(3, 256)
+    with pytest.raises(PlainWeightReleased, match="released once packed"):
+        layer(x)  # gradients on
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.raises(PlainWeightReleased):
+            layer(x)
+    with torch.inference_mode():
+        assert layer(x).shape == (3, 1024)
+
+
 @pytest.mark.parametrize("pack", [True, False])
 def test_the_engine_packs_on_a_cpu_unless_told_not_to(numbers_model, pack, monkeypatch):
     """Through ``transformer translate``'s engine, two batches at once on two threads."""
@@ -206,6 +247,11 @@ def test_the_engine_packs_on_a_cpu_unless_told_not_to(numbers_model, pack, monke
     step = [m for m in layers if id(m) not in once]
     assert all((m.packed is not None) == pack for m in step)
     assert all(m.packed is None for m in layers if id(m) in once)  # narrower than 512
+    # the engine only translates: the plain weights of the packed layers go (but the tied one)
+    tied = engine.model.output.weight is engine.model.tgt_embed.tokens.weight
+    assert all(m.weight.is_meta == (pack and not (tied and m is engine.model.output))
+               for m in step)  # fmt: skip
+    assert engine.device == "cpu"
     unpacked = RuntimeConfig(device="cpu", inter_threads=1, pack_weights=False)
     plain = load_torch_engine(numbers_model, runtime=unpacked)
     sentences = "three hundred and twelve|forty-one|nine thousand and six|seven|eighty-eight|two"

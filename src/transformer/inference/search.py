@@ -42,6 +42,7 @@ from torch import Tensor
 from ..errors import ScoresNotFinite
 from ..model.base import Cache, EncoderDecoder
 from ..model.cache import DecoderCache
+from ..model.linear import largest_weight
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .compiled import compiled_step, fixed_cache
 from .constraints import SearchRules
@@ -212,8 +213,8 @@ def check_scores(
     else:
         what, dtype = "the log-softmax of the logits", total.dtype
     where = "while scoring" if step is None else f"at output step {step}"
-    weights = [p.detach().abs().max() for p in model.parameters() if p.numel()]
-    largest = f"; its largest weight is {float(max(weights)):.3g}" if weights else ""
+    top = largest_weight(model)
+    largest = f"; its largest weight is {top:.3g}" if top is not None else ""
     raise ScoresNotFinite(f"the model's scores are not finite: {what} overflowed to inf or NaN "
                           f"in {str(dtype).removeprefix('torch.')} {where}{largest}; these "
                           "weights are too large to compute with")  # fmt: skip
