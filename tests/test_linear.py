@@ -229,9 +229,12 @@ def test_a_layer_whose_plain_weight_was_released_refuses_what_only_it_could_do()
     x = torch.randn(3, 256)
     with pytest.raises(PlainWeightReleased, match="released once packed"):
         layer(x)  # gradients on
-    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        with pytest.raises(PlainWeightReleased):
-            layer(x)
+    with (
+        torch.inference_mode(),
+        torch.autocast("cpu", dtype=torch.bfloat16),
+        pytest.raises(PlainWeightReleased),
+    ):
+        layer(x)
     with torch.inference_mode():
         assert layer(x).shape == (3, 1024)
 

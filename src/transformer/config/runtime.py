@@ -35,7 +35,9 @@ class RuntimeConfig:
     """For translate, evaluate and serve on a CPU: the linear layers at least 256 wide (in and
     out) multiply with a copy of their weights packed once for oneDNN (model/linear.py): the
     same outputs, faster (Multi30k test2016 on an AMD EPYC: 1.01-1.11x greedy, 1.07-1.11x beam
-    4), for that copy's memory. False: PyTorch's own products (MKL)."""
+    4). The packed layers' own weights are then dropped, except one another layer shares (an
+    output layer tied to the embedding), so the memory it adds is about that layer's weights.
+    False: PyTorch's own products (MKL)."""
     loss_chunk: int = 1024
     """Target positions whose logits the training loss makes at once (the final linear layer
     fused into the label-smoothed loss, so the whole (N, V) logits never exist); 0: all at

@@ -167,8 +167,9 @@ def load_torch_engine(
         dtype = torch.bfloat16 if precision == "bf16" else torch.float
         # the output layer's rows padded to whole blocks of logits (next_tokens.py)
         model = loaded.model
-        packed = pack_linear_layers(model, model.output, BLOCK, dtype, model.once_per_batch(),
-                                    release=True)  # it only translates: no plain weights
+        packed = pack_linear_layers(
+            model, model.output, BLOCK, dtype, model.once_per_batch(), release=True
+        )  # it only translates: no plain weights
     # bf16 on a CPU: in the packed layers, not autocast; auto takes it only that way
     bf16_cpu = precision == "bf16" and device.type == "cpu"
     autocast_precision = "fp32" if bf16_cpu and (packed or runtime.precision == "auto") else None
