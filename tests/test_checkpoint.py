@@ -229,3 +229,45 @@ def test_weights_whose_sum_overflows_are_finite_and_load(tmp_path):
     save_file(state, tmp_path / "large.safetensors")
     assert model_state(model)["encoder.layers.0.feed_forward.linear1.weight"].sum().isinf()
     load_weights(Transformer(run_config().model), tmp_path / "large.safetensors")
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        dict(share_embeddings=True, tie_output=True),
+        dict(share_embeddings=False, tie_output=True, positional="learned"),
+        dict(share_embeddings=False, tie_output=False, norm_first=True, output_bias=True),
+        dict(architecture="rnn", share_embeddings=True, tie_output=True),
+    ],
+)
+def test_a_checkpoint_loads_into_a_model_whose_weights_were_not_drawn(tmp_path, model):
+    """load_checkpoint builds the model without drawing its weights at random (build.py,
+    ``initialise=False``): the same weights, ties, fixed tables and outputs as a model built
+    and initialised first, and no random number drawn (an initialisation draws them)."""
+    from transformer.model.build import build_model
+
+    cfg = run_config(**model)
+    torch.manual_seed(0)
+    trained = build_model(cfg.model).eval()
+    folder = ckpt.save_checkpoint(tmp_path, "step_00000001", trained, cfg, trainer_state(trained))
+    rng = torch.get_rng_state()
+    loaded = ckpt.load_checkpoint(folder).model
+    assert torch.equal(torch.get_rng_state(), rng)
+    expected = trained.state_dict()
+    assert loaded.state_dict().keys() == expected.keys()
+    assert all(torch.equal(t, expected[n]) for n, t in loaded.state_dict().items())
+    assert all(torch.equal(a, b) for a, b in zip(loaded.buffers(), trained.buffers(), strict=True))
+    # the same ties: ``parameters`` lists a shared weight once
+    assert len(list(loaded.parameters())) == len(list(trained.parameters()))
+    src, tgt = torch.tensor([[5, 6, 7, 3], [8, 3, 0, 0]]), torch.tensor([[2, 9, 4], [2, 5, 0]])
+    with torch.no_grad():
+        assert torch.equal(loaded(src, tgt), trained(src, tgt))
+    if model.get("architecture") == "rnn":
+        return
+    # a model built to train still draws them: its embedding first, as torch.randn did
+    torch.manual_seed(5)
+    fresh = build_model(cfg.model)
+    torch.manual_seed(5)
+    table = torch.randn(cfg.model.src_vocab_size, cfg.model.d_model) * cfg.model.d_model**-0.5
+    table[0] = 0.0  # the padding row
+    assert torch.equal(fresh.src_embed.tokens.weight, table)

@@ -27,9 +27,11 @@ class TokenEmbedding(nn.Module):
     def __init__(self, vocab_size: int, d_model: int) -> None:
         super().__init__()
         self.scale = math.sqrt(d_model)
-        # scaled in place: ``randn(...) * s`` held a second table while it was made (119 MB at
-        # OPUS-MT's 58,101 × 512)
-        self.weight = nn.Parameter(torch.randn(vocab_size, d_model).mul_(d_model**-0.5))
+        # torch.randn's numbers, drawn through nn.init (which a model built for a checkpoint's
+        # weights skips: build.py) and scaled in place (``randn(...) * s`` held a second table
+        # while it was made: 119 MB at OPUS-MT's 58,101 × 512)
+        weight = nn.init.normal_(torch.empty(vocab_size, d_model))  # N(0, 1)
+        self.weight = nn.Parameter(weight.mul_(d_model**-0.5))
         with torch.no_grad():
             self.weight[PAD_ID].zero_()
 
@@ -101,7 +103,8 @@ class LearnedPositionalEmbedding(_Positions):
     def __init__(self, max_positions: int, d_model: int) -> None:
         super().__init__()
         self.max_positions = max_positions
-        self.weight = nn.Parameter(torch.randn(max_positions, d_model).mul_(d_model**-0.5))
+        weight = nn.init.normal_(torch.empty(max_positions, d_model))  # as TokenEmbedding's
+        self.weight = nn.Parameter(weight.mul_(d_model**-0.5))
 
     def forward(self, length: int, offset: int | Tensor = 0) -> Tensor:
         """Embeddings of positions offset..offset+length-1: (T, D)."""

@@ -180,7 +180,8 @@ def load_checkpoint(path: Path, which: str = "best", device: torch.device | str 
     """
     folder = resolve_checkpoint(Path(path), which)
     config = read_config(folder)
-    model = build_model(config.model, str(folder / CONFIG))  # the Transformer or the RNN
+    # the Transformer or the RNN, its weights not drawn at random: the file's replace them
+    model = build_model(config.model, str(folder / CONFIG), initialise=False)
     load_weights(model, folder / WEIGHTS)
     return Loaded(model.to(device).eval(), config, folder)
 

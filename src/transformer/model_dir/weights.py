@@ -99,9 +99,9 @@ def load_weights(model: EncoderDecoder, path: Path) -> None:
     file's mapped pages, and both counted in the process's memory. Measured with the Multi30k
     model (29 MB of weights), resident after ``load_checkpoint`` and peak: the whole file read
     first, 83-85 and 96-97 MB; tensor by tensor through ``get_tensor``, 54-56 and 83-85 MB;
-    read into place, 40 and 46 MB (the peak is the model's building, before any weight is
-    read). Other dtypes go through ``get_tensor``. On an error the model is left half-loaded,
-    and every caller drops it.
+    read into place, 40 and 46 MB, and 40 and 40 MB into a model built without drawing its
+    weights (``load_checkpoint``; build.py). Other dtypes go through ``get_tensor``. On an
+    error the model is left half-loaded, and every caller drops it.
     """
     with opened(path) as file:
         names = list(file.keys())  # noqa: SIM118 (a safe_open handle is not a dict)
