@@ -220,11 +220,9 @@ OUTSIDE_THE_GATE = {
 }  # fmt: skip
 
 
-def direct_writes(source: str, module: str) -> list[tuple[int, str]]:
-    """(line, call) of every write, rename or deletion on disk in ``source``, the calls named by
-    the module's own import names (``import numpy as np``: ``np.save`` is ``numpy.save``).
-    Writes into an in-memory buffer (``io.BytesIO()``, or a name bound to one) are not."""
-    tree = ast.parse(source)
+def _dotted_names(tree: ast.AST):
+    """A function giving a call's name as the module's imports spell it (``import numpy as
+    np``: ``np.save`` is ``numpy.save``), or None."""
     names: dict[str, str] = {}  # local name -> what it was imported as
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -241,6 +239,15 @@ def direct_writes(source: str, module: str) -> list[tuple[int, str]]:
             return f"{base}.{node.attr}" if base else None
         return None
 
+    return dotted
+
+
+def direct_writes(source: str, module: str) -> list[tuple[int, str]]:
+    """(line, call) of every write, rename or deletion on disk in ``source``, the calls named by
+    the module's own import names (``import numpy as np``: ``np.save`` is ``numpy.save``).
+    Writes into an in-memory buffer (``io.BytesIO()``, or a name bound to one) are not."""
+    tree = ast.parse(source)
+    dotted = _dotted_names(tree)
     buffers = {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
                and isinstance(node.value, ast.Call) and dotted(node.value.func) in IN_MEMORY
                for target in node.targets if isinstance(target, ast.Name)}  # fmt: skip
@@ -340,3 +347,35 @@ def test_a_direct_write_would_be_found():
             "a-b".replace("-", "+")
     """)
     assert direct_writes(harmless, "transformer.example") == []
+
+
+# ------------------------------------------------------- every JSON parse goes through the reader
+# reading.py parses JSON for the whole package: bounded, its nesting and numbers checked, a
+# damaged file one UserError naming it. Anywhere else a parse is a way around those rules.
+READER = "transformer.reading"
+PARSING_CALLS = {"json.loads", "json.load"}
+OUTSIDE_THE_READER = {
+    "transformer.serve.middleware":
+        "looks for a key given twice in a request body the app then parses with its own "
+        "bounded validation; anything it cannot parse is left to the app",
+}  # fmt: skip
+
+
+def json_parses(source: str) -> list[int]:
+    """The lines of every ``json.loads`` / ``json.load`` call in ``source``."""
+    tree = ast.parse(source)
+    dotted = _dotted_names(tree)
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and dotted(node.func) in PARSING_CALLS]  # fmt: skip
+
+
+def test_every_json_parse_goes_through_the_reader():
+    outside = {module: lines for module, path in MODULES.items() if module != READER
+               and (lines := json_parses(path.read_text(encoding="utf-8")))}  # fmt: skip
+    assert {m: lines for m, lines in outside.items() if m not in OUTSIDE_THE_READER} == {}
+    assert set(OUTSIDE_THE_READER) <= set(outside), "an exception that no longer applies"
+
+
+def test_a_json_parse_would_be_found():
+    source = "import json as j\nfrom json import load\nj.loads(b)\nload(f)\nx.loads(y)\n"
+    assert json_parses(source) == [3, 4]

@@ -239,7 +239,7 @@ def pack_linear_layers(
         and m.weight.device.type == "cpu" and m.weight.dtype == torch.float
     ]  # fmt: skip
     owners: dict[int, int] = {}  # a weight's id: how many modules hold it
-    for module in model.modules():
+    for module in model.modules() if release else ():
         for p in module.parameters(recurse=False):
             owners[id(p)] = owners.get(id(p), 0) + 1
     # the output layer first: its packing holds two more copies of the largest weight for a

@@ -6,7 +6,6 @@ exactly the model's are one-line errors that name the file; nothing half-loaded 
 
 from __future__ import annotations
 
-import json
 import struct
 import sys
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from safetensors import SafetensorError, safe_open
 
 from ..errors import UserError, describe_os_error
 from ..model.base import EncoderDecoder
+from ..reading import parse_json
 
 # The one tensor whose entries may be −inf: the output bias of a row that must never be produced
 # (an imported model's padding row, an exported one's unused entries: hub/marian_vocab.py).
@@ -106,8 +106,8 @@ def load_weights(model: EncoderDecoder, path: Path) -> None:
     with opened(path) as file:
         names = list(file.keys())  # noqa: SIM118 (a safe_open handle is not a dict)
         _check_names_and_shapes(model, path, {n: file.get_slice(n).get_shape() for n in names})
-        offsets = _float32_offsets(path)
         with torch.no_grad(), path.open("rb") as raw:
+            offsets = _float32_offsets(raw, path)
             for name, param in model.named_parameters():
                 if name in offsets and _readable_into(param):
                     _read_into(raw, offsets[name], param, path)
@@ -116,13 +116,12 @@ def load_weights(model: EncoderDecoder, path: Path) -> None:
                 check_weights_finite(param, name, path)
 
 
-def _float32_offsets(path: Path) -> dict[str, int]:
-    """Where in the file each float32 tensor's bytes start, from its header (which
-    ``safe_open`` has checked: offsets inside the file, one after another)."""
+def _float32_offsets(raw: BinaryIO, path: Path) -> dict[str, int]:
+    """Where in the open file ``path`` each float32 tensor's bytes start, from its header
+    (which ``safe_open`` has checked: offsets inside the file, one after another)."""
     try:
-        with path.open("rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(length))
+        (length,) = struct.unpack("<Q", raw.read(8))
+        header = parse_json(raw.read(length), f"{path}'s header")
     except OSError as error:
         raise UserError(describe_os_error(error, f"reading {path}")) from None
     return {
