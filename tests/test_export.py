@@ -410,7 +410,9 @@ def test_loading_an_export_leaves_torch_its_threads(numbers_model, tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        load_ctranslate2(tmp_path / "ct2", runtime=RuntimeConfig(device="cpu", threads=2))
+        engine = load_ctranslate2(tmp_path / "ct2", runtime=RuntimeConfig(device="cpu", threads=2))
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
+    # the served model's parameter count: that of the model it was exported from
+    assert engine.parameters == load_torch_engine(numbers_model).parameters

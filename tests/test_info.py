@@ -1,7 +1,10 @@
 """`transformer info`: parameter counts per part."""
 
+import math
 import subprocess
 import sys
+
+import torch
 
 from transformer.cli import main
 from transformer.config import ModelConfig
@@ -102,3 +105,40 @@ def test_info_of_a_large_model_allocates_nothing():
 def test_info_takes_a_model_directory_or_model_options_not_both(numbers_model, capsys):
     assert main(["info", str(numbers_model), "--d_model", "64"]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_info_imports_neither_the_compiler_nor_matplotlib():
+    # A model built for its shapes on the meta device draws nothing and makes its sinusoidal
+    # table on the CPU: a random draw or an `arange` on the meta device imports torch._dynamo
+    # (and sympy), and the figures' matplotlib is imported only to draw. `info` took 3.6 s,
+    # 1.2 s of them those imports.
+    code = (
+        "import sys\n"
+        "from transformer.cli import main\n"
+        "code = main(['info', '--preset', 'small', '--positional', 'sinusoidal'])\n"
+        "late = [m for m in ('torch._dynamo', 'sympy', 'matplotlib') if m in sys.modules]\n"
+        "print('imported:', *late, file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "total" in done.stdout, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "imported:", done.stderr
+
+
+def test_a_model_built_for_its_shapes_holds_nothing_and_counts_as_built():
+    from transformer.model import build_model, shapes_only, sinusoidal_table
+
+    for positional in ("sinusoidal", "learned"):
+        config = ModelConfig.preset("small", positional=positional, src_vocab_size=300,
+                                    tgt_vocab_size=400)  # fmt: skip
+        shapes, built = shapes_only(config), build_model(config)
+        assert all(t.is_meta for t in [*shapes.parameters(), *shapes.buffers()])
+        assert [(n, p.shape) for n, p in shapes.named_parameters()] == [
+            (n, p.shape) for n, p in built.named_parameters()
+        ]
+        assert dict(parameter_table(shapes)) == dict(parameter_table(built))
+    table = sinusoidal_table(50, 16)  # on the CPU, as before: sin at even, cos at odd columns
+    assert table.device.type == "cpu" and table.dtype == torch.float32
+    assert torch.allclose(table[7, 2], torch.tensor(math.sin(7 / 10000 ** (2 / 16))))
+    assert torch.allclose(table[7, 3], torch.tensor(math.cos(7 / 10000 ** (2 / 16))))

@@ -33,7 +33,7 @@ from ..config import RunConfig
 from ..data.tokenizer import Tokenizers
 from ..export.folder import check_export_replaceable, export_folder
 from ..files import mark_folder, write_bytes, write_json_atomic, write_text
-from ..model.build import build_model
+from ..model.build import shapes_only
 from ..model_dir.checkpoints import read_config, resolve_checkpoint
 from ..model_dir.layout import CONFIG, HF_FORMAT, WEIGHTS, model_dir_of
 from ..model_dir.weights import weights_of
@@ -64,8 +64,7 @@ def export_huggingface(model_dir: str | Path, out: str | Path, checkpoint: str =
     check_exportable(config.model)
     tokenizers = Tokenizers.load(model_dir_of(folder), config.model.vocab_sizes,
                                  str(folder / "config.json"))  # fmt: skip
-    with torch.device("meta"):  # the shapes the config gives, checked against the weights
-        model = build_model(config.model, str(folder / CONFIG))
+    model = shapes_only(config.model, str(folder / CONFIG))  # checked against the weights
     state = weights_of(model, folder / WEIGHTS)
     with export_folder(out, model_dir) as staging:
         write_folder(staging, state, config, tokenizers)

@@ -36,9 +36,8 @@ from ..data.tokenizer import Tokenizers
 from ..data.vocab_tokenizer import VocabTokenizer
 from ..errors import BadValue, UserError
 from ..files import check_replaceable, mark_folder, replace_folder, write_json_atomic
-from ..model.build import check_memory
+from ..model.build import check_memory, shapes_only
 from ..model.embeddings import sinusoidal_table
-from ..model.transformer import Transformer
 from ..model_dir.checkpoints import update_index
 from ..model_dir.layout import CHECKPOINTS, CONFIG, WEIGHTS, marker_name, step_name
 from ..model_dir.weights import check_weights_finite, model_state
@@ -181,8 +180,8 @@ def _check_weights(weights: WeightFile, model: MarianModel) -> None:
     """Every tensor the model needs is there with its shape; nothing else is (a few known
     duplicates aside); stored positions are Marian's sinusoids."""
     config = model.model
-    with torch.device("meta"):
-        expected = {n: tuple(t.shape) for n, t in model_state(Transformer(config)).items()}
+    shapes = shapes_only(config, fits=False)
+    expected = {n: tuple(t.shape) for n, t in model_state(shapes).items()}
     names = {**layer_names(config), **table_names(config, set(weights.shapes))}
     vocab = {"src_embed.tokens.weight": model.src_vocab, "tgt_embed.tokens.weight":
              model.tgt_vocab, "output.weight": model.tgt_vocab,
@@ -221,8 +220,7 @@ def _write_weights(path: Path, marian: MarianFolder, owner: Path) -> None:
     """Our checkpoint's weights, converted one tensor at a time (vocabulary rows renumbered)."""
     model, weights = marian.model, marian.weights
     config = model.model
-    with torch.device("meta"):
-        shapes = {n: tuple(t.shape) for n, t in model_state(Transformer(config)).items()}
+    shapes = {n: tuple(t.shape) for n, t in model_state(shapes_only(config, fits=False)).items()}
     names = {**layer_names(config), **table_names(config, set(weights.shapes))}
     rows = {"src_embed.tokens.weight": marian.src_rows, "tgt_embed.tokens.weight":
             marian.tgt_rows, "output.weight": marian.tgt_rows}  # fmt: skip

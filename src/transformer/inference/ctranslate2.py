@@ -72,7 +72,7 @@ from ..device import check_threads, cores
 from ..errors import UserError
 from ..export.folder import MARKER, is_export, read_export, save_model
 from ..export.spec import import_ctranslate2
-from ..model.build import build_model, require_transformer
+from ..model.build import parameter_count, require_transformer
 from ..model_dir.checkpoints import load_checkpoint
 from ..model_dir.layout import model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
@@ -150,10 +150,8 @@ class CTranslate2Engine:
 
     @cached_property
     def parameters(self) -> int:
-        """The parameter count of the model it was exported from (built on the meta device)."""
-        with torch.device("meta"):
-            model = build_model(self.config.model)
-        return sum(p.numel() for p in model.parameters())
+        """The parameter count of the model it was exported from."""
+        return parameter_count(self.config.model)
 
     def translate(
         self,

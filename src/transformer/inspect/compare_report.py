@@ -20,9 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 from pathlib import Path
-
-from matplotlib import rc_context
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from ..files import (
     check_replaceable,
@@ -34,7 +32,10 @@ from ..files import (
 )
 from ..model_dir.layout import marker_name
 from .compare import Comparison
-from .visualize import figure_bytes
+from .visualize import figure_bytes, new_figure, svg_text
+
+if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn (visualize.new_figure)
+    from matplotlib.figure import Figure
 
 NUMBERS = "compare.json"
 MARKER = marker_name("report")  # transformer-report.json
@@ -54,7 +55,7 @@ def write_report(comparison: Comparison, out: Path) -> list[Path]:
     names = [f"{plot}.{fmt}" for plot in PLOTS for fmt in FORMATS]
     with replace_folder(out, "report", "--out", {}) as staging:  # replaced whole
         figures = (bleu_figure(comparison), forward_figure(comparison), speed_figure(comparison))
-        with rc_context({"svg.fonttype": "none"}):  # SVG text stays text
+        with svg_text():
             for plot, figure in zip(PLOTS, figures, strict=True):
                 for fmt in FORMATS:
                     write_bytes(staging / f"{plot}.{fmt}", figure_bytes(figure, fmt, 110), staging)
@@ -119,7 +120,7 @@ def markdown(c: Comparison) -> str:
 
 def bleu_figure(c: Comparison) -> Figure:
     """BLEU per source-length bucket, one line per model (Bahdanau et al. 2015, figure 2)."""
-    fig = Figure(figsize=(7.0, 4.2))
+    fig = new_figure(figsize=(7.0, 4.2))
     ax = fig.add_subplot()
     x = range(len(c.buckets))
     for run in c.runs:
@@ -137,7 +138,7 @@ def bleu_figure(c: Comparison) -> Figure:
 
 def forward_figure(c: Comparison) -> Figure:
     """Forward-pass milliseconds against sentence length, both axes logarithmic."""
-    fig = Figure(figsize=(7.0, 4.2))
+    fig = new_figure(figsize=(7.0, 4.2))
     ax = fig.add_subplot()
     for run in c.runs:
         ax.plot(c.lengths, run.forward_ms, "o-", label=f"{run.name}: {run.model}")
@@ -155,7 +156,7 @@ def forward_figure(c: Comparison) -> Figure:
 
 def speed_figure(c: Comparison) -> Figure:
     """Training tokens per second, one bar per model."""
-    fig = Figure(figsize=(7.0, 3.6))
+    fig = new_figure(figsize=(7.0, 3.6))
     ax = fig.add_subplot()
     rates = [r.tokens_per_s or 0.0 for r in c.runs]
     ax.barh(range(len(c.runs)), rates, color="tab:blue")

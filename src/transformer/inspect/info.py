@@ -7,12 +7,11 @@ command that builds a model (``model/build.py``).
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from ..config import ModelConfig
 from ..model.base import EncoderDecoder
-from ..model.build import build_model
+from ..model.build import shapes_only
 
 
 def _count(module: nn.Module, seen: set[int]) -> int:
@@ -49,7 +48,6 @@ def format_table(rows: list[tuple[str, int]], head: str) -> str:
 
 def describe(config: ModelConfig) -> str:
     """The parameter table of a model built from ``config`` (``transformer info``), built on the
-    meta device; sizes that would not fit in free memory are refused (``build_model``)."""
-    with torch.device("meta"):  # shapes only: nothing is allocated
-        model = build_model(config)
+    meta device; sizes that would not fit in free memory are refused (``shapes_only``)."""
+    model = shapes_only(config)
     return format_table(parameter_table(model), model.summary)

@@ -19,10 +19,9 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib import rc_context
-from matplotlib.figure import Figure
 from torch import Tensor
 from tqdm import tqdm
 
@@ -30,6 +29,11 @@ from ..errors import BadValue
 from ..files import write_bytes
 from ..model.base import ATTENTION_KINDS, AttentionMaps
 from ..model.embeddings import sinusoidal_table
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from matplotlib.figure import Figure
 
 KIND_TITLES = {
     "encoder_self": "Encoder self-attention",
@@ -173,6 +177,22 @@ def _text(label: str) -> str:
     return label.replace("$", r"\$")
 
 
+def new_figure(figsize: tuple[float, float]) -> Figure:
+    """A matplotlib figure. matplotlib is imported here, when a figure is drawn: the commands
+    that draw none (``info``, ``translate``) do not wait 0.6 s for it."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize)
+
+
+def svg_text() -> AbstractContextManager:
+    """matplotlib settings under which SVG text stays text (selectable, and faster to write
+    than one path per glyph)."""
+    from matplotlib import rc_context
+
+    return rc_context({"svg.fonttype": "none"})
+
+
 def draw_panel(panel: Panel, annotate: bool = True) -> Figure:
     """The heatmap of one panel: keys on x, queries on y, weights on a fixed 0..1 colour scale.
 
@@ -187,7 +207,7 @@ def draw_panel(panel: Panel, annotate: bool = True) -> Figure:
     bottom = 0.5 + 0.085 * longest_key
     width = max(left + 0.42 * n_keys + right, 0.075 * len(panel.title) + 0.6)
     height = bottom + 0.42 * n_queries + top
-    fig = Figure(figsize=(width, height))
+    fig = new_figure(figsize=(width, height))
     ax = fig.add_axes(
         (left / width, bottom / height, 1 - (left + right) / width, 1 - (bottom + top) / height)
     )
@@ -220,8 +240,7 @@ def _save(fig: Figure, out_dir: str | Path, stem: str, dpi: int) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.{fmt}" for fmt in FORMATS]
-    # SVG text stays text (selectable, and faster to write than one path per glyph).
-    with rc_context({"svg.fonttype": "none"}):
+    with svg_text():
         for path in paths:  # never half a figure, never through a device (the write gate)
             write_bytes(path, figure_bytes(fig, path.suffix[1:], dpi))
     fig.clear()  # free the artists now rather than at the next garbage collection
@@ -296,7 +315,7 @@ def positional_data(
 def draw_positional_heatmap(data: PositionalData) -> Figure:
     """Positions (y) by dimensions (x): fast sinusoids on the left, slow ones on the right."""
     n_positions, d_model = data.table.shape
-    fig = Figure(figsize=(7.0, 4.5))
+    fig = new_figure(figsize=(7.0, 4.5))
     ax = fig.add_subplot()
     image = ax.imshow(data.table, cmap="RdBu_r", vmin=-1.0, vmax=1.0, aspect="auto")
     ax.set_xlabel("dimension (even: sin, odd: cos)")
@@ -309,7 +328,7 @@ def draw_positional_heatmap(data: PositionalData) -> Figure:
 
 def draw_positional_dot_products(data: PositionalData) -> Figure:
     """PE(p)·PE(p+k) against the distance k, one curve per start position p."""
-    fig = Figure(figsize=(7.0, 4.0))
+    fig = new_figure(figsize=(7.0, 4.0))
     ax = fig.add_subplot()
     for row, p, style in zip(data.dot_products, data.offsets, ("-", "--", ":", "-."), strict=False):
         ax.plot(data.distances, row, style, label=f"p = {p}")

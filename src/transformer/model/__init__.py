@@ -11,7 +11,7 @@ from .attention import (
     scaled_dot_product_attention,
 )
 from .base import ATTENTION_KINDS, AttentionMaps, Cache, EncoderDecoder
-from .build import build_model, require_transformer
+from .build import build_model, require_transformer, shapes_only
 from .cache import DecoderCache, LayerCache
 from .decoder import Decoder, DecoderAttention, DecoderLayer
 from .embeddings import Embeddings, TokenEmbedding, sinusoidal_table
@@ -32,5 +32,5 @@ __all__ = [
     "RNNEncoderDecoder", "RNNState", "TokenEmbedding", "Transformer", "attend",
     "attention_fused", "attention_reference", "build_model", "combined_mask",
     "layer_norm_reference", "look_ahead_mask", "padding_mask", "require_transformer",
-    "scaled_dot_product_attention", "sinusoidal_table",
+    "scaled_dot_product_attention", "shapes_only", "sinusoidal_table",
 ]  # fmt: skip

@@ -50,17 +50,22 @@ def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleave
             the other's columns.
     Shape:
         returns (P, D). With an odd D there is one more sine than cosines.
+
+    Computed on the CPU, then put on the default device: on the meta device (a model built
+    for its shapes only) ``arange`` would import torch's compiler, a second of start-up.
     """
-    pos = torch.arange(max_positions, dtype=torch.float64)[:, None]  # (P, 1)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(D/2),) the even indices 2i
+    cpu = torch.device("cpu")
+    pos = torch.arange(max_positions, dtype=torch.float64, device=cpu)[:, None]  # (P, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=cpu)  # (ceil(D/2),) 2i
     angle = pos / 10000.0 ** (two_i / d_model)  # (P, ceil(D/2))
     sines, cosines = torch.sin(angle), torch.cos(angle[:, : d_model // 2])
     if layout == "halves":
-        return torch.cat([sines, cosines], dim=1).float()  # (P, D)
-    table = torch.zeros(max_positions, d_model, dtype=torch.float64)
-    table[:, 0::2] = sines
-    table[:, 1::2] = cosines
-    return table.float()
+        table = torch.cat([sines, cosines], dim=1)  # (P, D)
+    else:
+        table = torch.zeros(max_positions, d_model, dtype=torch.float64, device=cpu)
+        table[:, 0::2] = sines
+        table[:, 1::2] = cosines
+    return table.to(torch.get_default_device(), torch.float)  # (P, D)
 
 
 class _Positions(nn.Module):
