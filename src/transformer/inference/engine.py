@@ -163,7 +163,8 @@ def load_torch_engine(
     packed = 0
     if runtime.compile:
         compile_decoding(loaded.model)  # or one line on stderr, and eager decoding
-    elif runtime.pack_weights and device.type == "cpu":
+    elif runtime.pack_weights and device.type == "cpu" and precision != "fp16":
+        # (fp16 runs under autocast, whose products need the plain weights: nothing packed)
         dtype = torch.bfloat16 if precision == "bf16" else torch.float
         # the output layer's rows padded to whole blocks of logits (next_tokens.py)
         model = loaded.model
