@@ -88,6 +88,15 @@ def test_misaligned_lists_and_too_long_targets_are_errors(engine):
         engine.score(["one"], [" ".join(["quatre-vingt-dix-neuf"] * 30)])
 
 
+def test_the_score_command_names_the_line_of_a_reference_too_long(numbers_model, tmp_path, capsys):
+    (tmp_path / "src.txt").write_text("twelve\nforty two\n")
+    (tmp_path / "ref.txt").write_text("douze\n" + "quatre-vingt-dix-neuf " * 30 + "\n")
+    code, out, err = cli(["score", str(numbers_model), "--src", str(tmp_path / "src.txt"),
+                          "--ref", str(tmp_path / "ref.txt")], capsys)  # fmt: skip
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"{tmp_path / 'ref.txt'}, line 2: the reference has" in err, err
+
+
 def test_the_score_command(numbers_model, tmp_path, capsys):
     (tmp_path / "src.txt").write_text("twelve\nforty two\n\n")
     (tmp_path / "ref.txt").write_text("douze\nquarante-deux\n\n")

@@ -131,7 +131,8 @@ def test_score_gives_what_the_engine_gives(torch_engine):
     ("/translate", {"sentences": ["a"], "prefix": ["Zebra!"]}, ["prefix.0", "cannot spell", "'Z'"]),
     ("/attention", {"sentence": "a", "prefix": "Zoo"}, ["prefix.0", "cannot spell", "'Z'"]),
     ("/score", {"sources": ["a"], "targets": ["b", "c"]}, ["targets", "2 targets for 1 sources"]),
-    ("/score", {"sources": ["a"], "targets": ["quatre-vingt-dix-neuf " * 12]}, ["target 1 has"]),
+    ("/score", {"sources": ["a", "b"], "targets": ["c", "quatre-vingt-dix-neuf " * 12]},
+     ["targets.1 has", "pieces", "at most 47"]),
     ("/score", {"sources": [], "targets": []}, ["sources"]),
     ("/score", {"sources": ["a"], "targets": ["b"], "length_penalty": -1}, ["length_penalty"]),
 ])  # fmt: skip

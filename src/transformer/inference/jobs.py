@@ -35,6 +35,7 @@ from .evaluate import (
     score_translations,
 )
 from .glossary import Glossary
+from .score import TargetTooLong
 from .translate import Translation, TranslationResult, prefix_problem
 
 # an engine's translate: (sentences, search or None for its own, prefixes or None)
@@ -294,7 +295,10 @@ def score_file(
     pairs = read_parallel(src, ref)  # line counts must agree
     if not pairs:
         raise UserError(f"nothing to score: {src} and {ref} are empty")
-    result = engine.score([s for s, _ in pairs], [t for _, t in pairs])
+    try:
+        result = engine.score([s for s, _ in pairs], [t for _, t in pairs])
+    except TargetTooLong as error:
+        raise error.at(f"{ref}, line {error.index + 1}: the reference") from None
     for i in result.truncated:
         warn(f"line {i + 1}: the source is longer than the model accepts; scored its beginning")
     lines = [f"{p.log_prob:.6f}\t{p.per_token:.6f}\t{p.penalised:.6f}\n" for p in result.scores]

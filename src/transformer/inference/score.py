@@ -105,6 +105,21 @@ def teacher_forced(
             yield indices, log_probs.gather(2, gold[:, :, None]).squeeze(2), gold  # (B, T)
 
 
+class TargetTooLong(UserError):
+    """A target with more pieces than the model scores; ``index`` counts from 0. Where the
+    targets came from names it: a file's line, a request's ``targets.i``."""
+
+    def __init__(self, index: int, pieces: int, most: int, where: str = "") -> None:
+        where = where or f"target {index + 1}"
+        super().__init__(f"{where} has {pieces} pieces; the model scores at most {most} (its "
+                         "positions, less one for <s>)")  # fmt: skip
+        self.index, self.pieces, self.most = index, pieces, most
+
+    def at(self, where: str) -> TargetTooLong:
+        """The same error, naming the target ``where``."""
+        return TargetTooLong(self.index, self.pieces, self.most, where)
+
+
 def score_with(
     score: ScoreIds,
     tokenizers: Tokenizers,
@@ -132,8 +147,7 @@ def score_with(
             truncated.append(i)
         gold = tokenizers.tgt.encode(target)
         if len(gold) > max_positions - 1:
-            raise UserError(f"target {i + 1} has {len(gold)} pieces; the model scores at most "
-                            f"{max_positions - 1} (its positions, less one for <s>)")  # fmt: skip
+            raise TargetTooLong(i, len(gold), max_positions - 1)
         src_ids.append(pieces)
         tgt_ids.append(gold)
     totals = score(src_ids, tgt_ids) if src_ids else []

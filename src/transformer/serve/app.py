@@ -62,6 +62,7 @@ from .requests import (
     check_engine_can,
     check_prefixes,
     check_queue,
+    check_targets_fit,
     glossary_of,
     least_attention,
     one_beam,
@@ -219,6 +220,7 @@ async def score(body: ScoreRequest, request: Request) -> ScoreResponse:
         raise ApiError(422, "invalid_request", f"targets: {len(body.targets)} targets for "
                        f"{len(body.sources)} sources; give one per source")  # fmt: skip
     cost = scoring_cost(engine.tokenizers, body.sources, body.targets, served.max_positions)
+    check_targets_fit(cost, engine, body.targets, served.max_positions)
     check_budget(cost, served.config.max_cost, "send fewer or shorter pairs")
     decode = search(served.default, **search_options(body))
     found = await _answer(served, lambda: served.batcher.call(

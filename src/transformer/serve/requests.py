@@ -10,6 +10,7 @@ from ..inference.alignment import NO_MASKING
 from ..inference.cost import Cost
 from ..inference.engine import Engine
 from ..inference.glossary import NO_CONSTRAINED_SEARCH, Glossary
+from ..inference.score import TargetTooLong
 from ..inference.translate import prefix_problem
 from .errors import ApiError
 from .schema import search_options
@@ -21,6 +22,20 @@ def check_budget(cost: Cost, most: int, advice: str) -> None:
     if cost.tokens > most:
         raise ApiError(422, "over_budget", f"this request may make the model process {cost}; "
                        f"this server allows {most:,} (serve.max_cost): {advice}")  # fmt: skip
+
+
+def check_targets_fit(cost: Cost, engine: Engine, targets: list[str], most: int) -> None:
+    """422 naming ``targets.i`` for a target longer than the model scores (``most``
+    positions, less one for <s>), found before the request is queued; ``cost``: the request's
+    ``scoring_cost``, whose longest target (+ EOS) says whether to look."""
+    if cost.longest <= most:
+        return
+    for i, target in enumerate(targets):
+        pieces = len(engine.tokenizers.tgt.encode(target))
+        if pieces > most - 1:
+            raise ApiError(
+                422, "invalid_request", str(TargetTooLong(i, pieces, most - 1, f"targets.{i}"))
+            )
 
 
 def check_queue(sentences: int, most: int) -> None:
