@@ -229,10 +229,31 @@ def test_a_source_word_no_target_word_chose_lends_its_tag_only_to_an_element_wit
         place_tags(target, alignment, [b], [], best_targets)
         == "quatre <b>cent</b> soixante-dix-huit"
     )
-    # siblings that share a target word, one by a best-target link: the later nests in the earlier
+    # siblings that would share a target word, one by a best-target link: the one whose word it
+    # is keeps it, the other is written empty after it (nested, it gave "cent" a bold that no
+    # word of the source had along with the italics)
     i = Inline("<i>", "</i>", [0, 1], frozenset())  # <i>four hundred</i> <b>and</b>
     out = place_tags(target, alignment, [i, b], [], best_targets)
-    assert out == "<i>quatre <b>cent</b></i> soixante-dix-huit"
+    assert out == "<i>quatre cent</i><b></b> soixante-dix-huit"
+    # the same when the element with only a best word comes first in the source
+    first = Inline("<b>", "</b>", [2], frozenset())  # <b>and</b> <i>seventy-eight</i>
+    then = Inline("<i>", "</i>", [3], frozenset())
+    out = place_tags(target, alignment, [first, then], [], [(2, 2)])
+    assert out == "quatre cent <i>soixante-dix-huit</i><b></b>"
+
+
+def test_links_apart_in_the_source_are_never_nested():
+    # "<a>Eine</a> <a>Gruppe</a> <a>von</a> Menschen" -> "A group of people" (Multi30k): "von"
+    # chose no word, and its best one is "group", which is "Gruppe"'s: <a> in <a> was written
+    a = [Inline(f'<a href="{n}">', "</a>", [n], frozenset()) for n in range(3)]
+    alignment, best = [(0, 0), (1, 1), (3, 2), (3, 3)], [(2, 1)]
+    out = place_tags(["A", "group", "of", "people"], alignment, a, [], best)
+    assert out == '<a href="0">A</a> <a href="1">group</a><a href="2"></a> of people'
+    ET.fromstring(f"<r>{out}</r>")
+    # an element inside one of them still nests in it
+    inner = Inline("<b>", "</b>", [1], frozenset({1}))
+    out = place_tags(["A", "group", "of", "people"], alignment, [*a[:2], inner, a[2]], [], best)
+    assert out == '<a href="0">A</a> <a href="1"><b>group</b></a><a href="2"></a> of people'
 
 
 def test_of_runs_as_long_an_element_wraps_the_one_with_its_words_best_target_word():

@@ -16,16 +16,20 @@ The rules, each chosen so that the output is well-formed and holds every tag exa
   its target words; of runs as long, the first that holds the best target word of one of its
   source words ("Zug" in "in einem <b>Zug</b>" was chosen by "on" and by "train" of "on a
   train", and its best is "train"), else the first. Its other target words, if the
-  translation put them apart, go without it. A tag is never repeated. Two elements that are
-  not nested in the source share no target word of their own, so their runs never overlap; a
-  child's run lies inside its parent's words, so it nests in the parent's run or lies outside
-  it. Either way the tags nest properly. (Siblings can share a target word when one of them
-  has only best target words: their runs then nest, or cross and are cut as below.)
+  translation put them apart, go without it. A tag is never repeated. A child's run lies
+  inside its parent's words, so it nests in the parent's run or lies outside it.
+- **Elements apart in the source stay apart**: two elements neither of which holds the other
+  (siblings, cousins) share no target word of their own, but one with only best target words
+  (or none) can land on the other's. The elements with words of their own are placed first;
+  an element then wraps the longest run of its words that no such element wraps already, and
+  where none is left it is written empty right after the one that took its words:
+  ``<a href="2">Gruppe</a> <a href="3">von</a>`` -> ``<a href="2">group</a><a href="3"></a>``,
+  never ``<a href="2"><a href="3">group</a></a>``, which nests a link in a link (invalid HTML)
+  and, for other elements, gives the word a formatting it had nowhere in the source.
 - **No target word**: an element none of whose source words has a target word (no second
   list given) wraps the one target word aligned to the nearest source word that has one.
 - **Crossing**: runs can cross when tags split a word (``<b>x y</b><i>z</i>`` where ``yz``
-  is one word) or when two siblings share a target word; the later element then wraps only
-  the first word of its run.
+  is one word); the later element then wraps only the first word of its run.
 - **Kept as written** (void elements, comments, ``<code>``...: ``Atom``): placed after the
   target word aligned to the source word before it (before the first word when none is), at the
   depth of tags there that matches the elements it was inside in the source.
@@ -95,38 +99,64 @@ def place_tags(
                 targets_of[i].append(j)
     for found in targets_of.values():
         found.sort()
-    spans = element_spans(sources_of, targets_of, inline, best_of)
+    spans, beside = element_spans(sources_of, targets_of, inline, best_of)
     at: dict[int, list[Atom]] = defaultdict(list)
     for atom in atoms:
         at[_boundary(atom.after, targets_of)].append(atom)
-    return _written(target, spans, inline, at)
+    for k, after in beside.items():  # written empty, after the element that took its words
+        at[after].append(Atom(inline[k].open + inline[k].close, -1, inline[k].ancestors))
+    return _written(target, spans, inline, at, set(beside))
 
 
 def element_spans(
     sources_of: dict[int, set[int]], targets_of: dict[int, list[int]],
     inline: list[Inline], best_of: dict[int, set[int]],
-) -> list[tuple[int, int] | None]:  # fmt: skip
-    """Each element's target words as (first, last), inclusive; None when there are no target
-    words at all. ``sources_of``, ``best_of``: target word -> the source words aligned to
-    it, whose best target word it is; ``targets_of``: source word -> its target words, of
-    either kind."""
-    spans: list[tuple[int, int] | None] = []
+) -> tuple[list[tuple[int, int] | None], dict[int, int]]:  # fmt: skip
+    """Each element's target words as (first, last), inclusive, or None; and the elements
+    whose words an element apart from them took (element -> the target word after which it is
+    written empty; their span is None), as the module docstring says. None without one of
+    these is an element with no target words at all. ``sources_of``, ``best_of``: target
+    word -> the source words aligned to it, whose best target word it is; ``targets_of``:
+    source word -> its target words, of either kind."""
+    spans: list[tuple[int, int] | None] = [None] * len(inline)
+    beside: dict[int, int] = {}
+    placed: list[int] = []  # the elements with a span, in the order they got it
+    covering: dict[int, list[int]] = defaultdict(list)  # target word -> the spans over it
     # source word -> its target words, of each kind: an element's are looked up, not searched
     # for among all the target words (with the checks below, 20,000 elements on one line took
     # 46 s to translate)
     own_targets, best_targets = _inverse(sources_of), _inverse(best_of)
     sources = sorted(targets_of)
-    for element in inline:
-        own = sorted({j for i in element.words for j in own_targets.get(i, ())})
+    owns = [sorted({j for i in e.words for j in own_targets.get(i, ())}) for e in inline]
+    for k in sorted(range(len(inline)), key=lambda k: not owns[k]):  # own words first
+        element = inline[k]
         best = sorted({j for i in element.words for j in best_targets.get(i, ())})
-        words = own or best
+        words = owns[k] or best
         span = (_longest_run(words, set(best)) if words
                 else _nearest(element.words, targets_of, sources))  # fmt: skip
+        apart = {m for j in _words_of(span) for m in covering[j]
+                 if m not in element.ancestors and k not in inline[m].ancestors}  # fmt: skip
+        if apart:
+            taken = {j for m in apart for j in _words_of(spans[m])}
+            free = [j for j in words if j not in taken]
+            if not free:
+                beside[k] = max(j for m in apart for j in _words_of(spans[m]))
+                continue
+            span = _longest_run(free, set(best))
         several = span is not None and span[0] != span[1]  # one word never crosses a span
-        if several and any(_cross(span, other) for other in spans if other):
+        if several and any(_cross(span, spans[m]) for m in placed):  # type: ignore[arg-type]
             span = (span[0], span[0])
-        spans.append(span)
-    return spans
+        spans[k] = span
+        if span is not None:
+            placed.append(k)
+            for j in _words_of(span):
+                covering[j].append(k)
+    return spans, beside
+
+
+def _words_of(span: tuple[int, int] | None) -> range:
+    """The target words of a span (none for None)."""
+    return range(0) if span is None else range(span[0], span[1] + 1)
 
 
 def _inverse(links: dict[int, set[int]]) -> dict[int, list[int]]:
@@ -191,9 +221,10 @@ def _boundary(after: int, targets_of: dict[int, list[int]]) -> int:
 
 def _written(
     target: list[str], spans: list[tuple[int, int] | None], inline: list[Inline],
-    atoms_at: dict[int, list[Atom]],
+    atoms_at: dict[int, list[Atom]], elsewhere: set[int],
 ) -> str:  # fmt: skip
-    """The words with the tags opened and closed around them, and the atoms in between."""
+    """The words with the tags opened and closed around them, and the atoms in between
+    (``elsewhere``: elements written as atoms, not by their span)."""
     opening: dict[int, list[int]] = defaultdict(list)
     for k, span in enumerate(spans):
         if span is not None:
@@ -201,7 +232,8 @@ def _written(
     for ks in opening.values():
         ks.sort(key=lambda k: (-spans[k][1], k))  # type: ignore[index]  # outer span first
     # with no target word at all, an element is written empty, where the translation starts
-    out = [inline[k].open + inline[k].close for k, span in enumerate(spans) if span is None]
+    out = [inline[k].open + inline[k].close for k, span in enumerate(spans)
+           if span is None and k not in elsewhere]  # fmt: skip
     stack: list[int] = []
     pos = 0  # how much of the current word is written (its punctuation before a tag)
     for b in range(-1, len(target)):  # the boundary after word b (-1: before the first)
