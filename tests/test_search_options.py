@@ -278,19 +278,22 @@ def test_bad_values_are_named(values):
 
 
 def test_translate_prefix_file_on_the_command_line(numbers_model, tmp_path, capsys):
-    (tmp_path / "in.txt").write_text("twelve\nforty two\n\nthree\n")
-    (tmp_path / "pre.txt").write_text("quatre\n\n\nvingt et\n")
+    (tmp_path / "in.txt").write_text("twelve\nforty two\n\nthree\n\n")
+    (tmp_path / "pre.txt").write_text("quatre\n\n\nvingt et\ncent\n")
     code, out, err = cli(["translate", str(numbers_model), "-i", str(tmp_path / "in.txt"),
                           "--prefix", str(tmp_path / "pre.txt")], capsys)  # fmt: skip
     assert code == 0, err
     lines = out.split("\n")
     assert lines[0].startswith("quatre") and lines[3].startswith("vingt et") and lines[2] == ""
+    # an empty line with a prefix is decoded from it: every output starts with its prefix (the
+    # prefix was dropped, and the line came out empty)
+    assert lines[4].startswith("cent"), lines
     (tmp_path / "short.txt").write_text("quatre\n")
     code, out, err = cli(["translate", str(numbers_model), "-i", str(tmp_path / "in.txt"),
                           "--prefix", str(tmp_path / "short.txt"), "-o", str(tmp_path / "o")],
                          capsys)  # fmt: skip
     assert code == 2 and err.count("\n") == 1, err
-    assert "short.txt has 1 lines" in err and "in.txt has 4" in err
+    assert "short.txt has 1 lines" in err and "in.txt has 5" in err
     assert not (tmp_path / "o").exists()
     code, _, err = cli(["translate", str(numbers_model), "-i", str(tmp_path / "in.txt"),
                         "--min_len", "48"], capsys)  # fmt: skip

@@ -43,6 +43,7 @@ from ..data.tokenizer import Tokenizers
 from .alignment import word_count, word_of_pieces
 from .glossary import Glossary
 from .search import length_limits
+from .translate import decoded
 
 # A term update (one term of one candidate advanced by a token) took 0.4-0.7 µs, one thread on
 # the 2-core AMD EPYC; a decoder token (one row of one search step) of the demo model, the
@@ -121,19 +122,19 @@ def translation_cost(
     glossary: Glossary | None = None,
 ) -> Cost:
     """``search_cost`` of sentences and prefixes as text, prepared as ``translate_with``
-    prepares them: empty sentences are not decoded, a source is cut to ``max_positions``, an
-    empty prefix is none; a sentence's glossary terms (their target pieces) are room the search
-    makes, as a prefix's pieces are."""
+    prepares them: empty sentences are not decoded (but with a prefix: ``decoded``), a source
+    is cut to ``max_positions``, an empty prefix is none; a sentence's glossary terms (their
+    target pieces) are room the search makes, as a prefix's pieces are."""
     masking = decode.alignment and decode.alignment_method == "masking"
     sources, forced, words, terms = [], [], [], []
     for i, sentence in enumerate(sentences):
-        if not sentence.strip():
+        prefix = prefixes[i] if prefixes else ""
+        if not decoded(sentence, prefix):
             continue
         ids = tokenizers.src.encode(sentence)[: max_positions - 1]  # the pieces the model reads
         sources.append(len(encode_source(ids)))  # and EOS
         if masking:
             words.append(word_count(word_of_pieces([tokenizers.src.id_to_piece(k) for k in ids])))
-        prefix = prefixes[i] if prefixes else ""
         room = len(tokenizers.tgt.encode(prefix)) if prefix.strip() else 0
         if glossary is not None:
             targets = glossary.targets_in(sentence)

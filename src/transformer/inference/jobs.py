@@ -127,7 +127,8 @@ def translate_lines(
         nbest: lines written per input line; > 1 writes Moses-style n-best lines.
         prefixes: one target prefix per line ("" for none), or None.
     Each input line gives one output line (``nbest`` lines with ``nbest`` > 1); an empty line
-    gives an empty line. A translation with a word alignment is followed by `` ||| i-j ...``.
+    gives an empty line (one with a prefix is decoded from it: ``translate.decoded``). A
+    translation with a word alignment is followed by `` ||| i-j ...``.
     Returns the number of input lines.
     """
     done = 0

@@ -190,6 +190,13 @@ class Translation:
     best_targets: list[tuple[int, int]] | None = None
 
 
+def decoded(sentence: str, prefix: str = "") -> bool:
+    """Whether the model decodes ``sentence``: one with words, or an empty one with a prefix,
+    which the decoder continues on its own (each translation starts with its prefix). An empty
+    sentence without one translates to "" and costs nothing."""
+    return bool(sentence.strip() or prefix.strip())
+
+
 def prefix_problem(tokenizers: Tokenizers, prefix: str, max_positions: int) -> str | None:
     """Why ``prefix`` cannot begin a translation, to follow its name in a message, or None:
     more pieces than the model's outputs hold (room for </s>), or characters the target
@@ -273,7 +280,8 @@ def translate_with(
     """Text in, text out around any engine's ``search_ids`` (source ids, prefix ids ->
     hypotheses).
 
-    Empty sentences translate to "" without running the engine; a sentence longer than
+    Empty sentences translate to "" without running the engine (unless they have a prefix:
+    ``decoded``); a sentence longer than
     ``max_positions`` tokens (pieces + EOS) is cut to fit, keeping its EOS, and reported in
     ``truncated``. Every engine goes through here, so they treat lines alike.
 
@@ -298,7 +306,7 @@ def translate_with(
     todo, ids, prefix_ids, truncated = [], [], [], []
     terms: list[list[str]] = []
     for i, sentence in enumerate(sentences):
-        if not sentence.strip():
+        if not decoded(sentence, prefixes[i] if prefixes else ""):
             continue
         pieces = encode_source(tokenizers.src.encode(sentence))
         if len(pieces) > max_positions:
