@@ -5,6 +5,7 @@ no_repeat_ngram (a property over random models) and the repetition penalty (hand
 stubs, and equal to CTranslate2's, which defines them), and every option at its neutral value
 changing nothing against a plain reference search written here."""
 
+import json
 import math
 from dataclasses import replace
 
@@ -288,6 +289,13 @@ def test_translate_prefix_file_on_the_command_line(numbers_model, tmp_path, caps
     # an empty line with a prefix is decoded from it: every output starts with its prefix (the
     # prefix was dropped, and the line came out empty)
     assert lines[4].startswith("cent"), lines
+    # and its words have their probabilities, as any translation's (they were none)
+    code, out, err = cli(["translate", str(numbers_model), "-i", str(tmp_path / "in.txt"),
+                          "--prefix", str(tmp_path / "pre.txt"), "--output_format", "jsonl"],
+                         capsys)  # fmt: skip
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and rows[4]["words"][0]["word"] == "cent" and rows[4]["log_prob"] < 0
+    assert rows[2]["words"] == [] and rows[2]["log_prob"] == 0.0  # "" without a prefix
     (tmp_path / "short.txt").write_text("quatre\n")
     code, out, err = cli(["translate", str(numbers_model), "-i", str(tmp_path / "in.txt"),
                           "--prefix", str(tmp_path / "short.txt"), "-o", str(tmp_path / "o")],

@@ -104,7 +104,8 @@ def confidences(
     engine, tokenizers: Tokenizers, sources: list[str], tokens: list[list[int]]
 ) -> list[Confidence]:
     """Per pair: the translation's log-probability and its words' probabilities."""
-    scored = [i for i, source in enumerate(sources) if source.strip()]  # "" translates to ""
+    # "" translates to "" and is not scored; an empty source with a prefix has words to score
+    scored = [i for i, source in enumerate(sources) if source.strip() or tokens[i]]
     found = piece_log_probs(engine, [sources[i] for i in scored], [tokens[i] for i in scored])
     out = [Confidence(0.0, []) for _ in sources]
     for i, lps in zip(scored, found, strict=True):
