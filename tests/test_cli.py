@@ -189,3 +189,16 @@ def test_a_config_key_may_still_be_empty(capsys):
     ns, given = parse(build_parser("translate"), ["m", "--decode.target_language", ""],
                       COMMANDS["translate"].sections)  # fmt: skip
     assert given["decode"]["target_language"] == ""
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["score", "MODEL", "--src", "s.txt"], "--ref"),
+    (["score"], "MODEL_DIR, --src, --ref"),
+    (["compare", "RUN"], "--out"),
+    (["export", "MODEL", "OUT"], "--to"),
+])  # fmt: skip
+def test_missing_arguments_are_named_as_the_help_names_them(args, named, capsys):
+    # argparse named the options by their keys: "required: ref", "required: out"
+    code, out, err = cli(args, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"the following arguments are required: {named} (see --help)" in err, err

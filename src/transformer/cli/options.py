@@ -70,7 +70,7 @@ def parse(
         given = parser.parse_args(args, defaults=False).as_dict()
         everything = parser.parse_args(args).as_dict()
     except argparse.ArgumentError as error:
-        raise UserError(one_line(str(error))) from None
+        raise UserError(one_line(str(error), option_names(parser))) from None
     empty = [key for key, value in given.items() if value == "" and key not in COMMAND_SECTIONS]
     if empty:  # a shell variable left unset: as a path it would be the current folder
         name = f"--{empty[0]}" if f"--{empty[0]}" in option_names(parser) else empty[0].upper()
@@ -150,9 +150,16 @@ def unknown_option(args: list[str], parser: ArgumentParser) -> str | None:
     return None
 
 
-def one_line(message: str) -> str:
-    """A jsonargparse message on one line; a value of the wrong type says what was expected."""
+def one_line(message: str, options: list[str] | tuple[str, ...] = ()) -> str:
+    """A jsonargparse message on one line; a value of the wrong type says what was expected,
+    and missing arguments are named as ``--help`` names them (``--ref``, ``MODEL_DIR``; argparse
+    says ``ref``, ``model_dir``). ``options``: the long options the parser takes."""
     text = " ".join(message.split())
+    missing = re.fullmatch(r"the following arguments are required: (.+)", text)
+    if missing:
+        names = [f"--{n}" if f"--{n}" in options else n.upper()
+                 for n in missing.group(1).split(", ")]  # fmt: skip
+        text = f"the following arguments are required: {', '.join(names)}"
     # jsonargparse's message is the only place that names the key and the value it refused.
     wrong_type = re.match(
         r'Parser key "(.+?)": Expected a <class \'(\w+)\'>\. Got value:\s?(.*)', text
