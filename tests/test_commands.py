@@ -206,7 +206,9 @@ def test_average_is_the_mean_of_the_last_checkpoints(numbers_model, capsys):
     loaded = load_checkpoint(numbers_model / "checkpoints/average_last2")
     assert loaded.model.config == load_checkpoint(numbers_model).model.config
     code, _, err = cli(["average", str(numbers_model), "--last", "99"], capsys)
-    assert code == 2 and "--last 99" in err
+    assert code == 2 and "--last 99: give 1 to " in err
+    code, _, err = cli(["average", str(numbers_model), "--last", "0"], capsys)
+    assert code == 2 and "--last 0: give 1 to " in err
 
 
 def test_average_refuses_damaged_weights_and_never_replaces_a_users_files(

@@ -356,7 +356,8 @@ def average_last(model_dir: Path, last: int) -> Path:
     if not folders:
         raise UserError(f"{model_dir} has no step checkpoints to average")
     if last < 1 or last > len(folders):
-        raise UserError(f"--last {last}: {model_dir} has {len(folders)} step checkpoints")
+        raise UserError(f"--last {last}: give 1 to {len(folders)}, the step checkpoints "
+                        f"{model_dir} has")  # fmt: skip
     chosen, out = folders[-last:], checkpoints / f"average_last{last}"
     # replaced whole, so only where it is an earlier average: its two files and nothing else
     if out.is_symlink() or (out.exists() and not out.is_dir()):
