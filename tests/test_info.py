@@ -4,6 +4,7 @@ import math
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from transformer.cli import main
@@ -107,15 +108,16 @@ def test_info_takes_a_model_directory_or_model_options_not_both(numbers_model, c
     assert "not both" in capsys.readouterr().err
 
 
-def test_info_imports_neither_the_compiler_nor_matplotlib():
+@pytest.mark.parametrize("architecture", ["transformer", "rnn"])
+def test_info_imports_neither_the_compiler_nor_matplotlib(architecture):
     # A model built for its shapes on the meta device draws nothing and makes its sinusoidal
     # table on the CPU: a random draw or an `arange` on the meta device imports torch._dynamo
     # (and sympy), and the figures' matplotlib is imported only to draw. `info` took 3.6 s,
-    # 1.2 s of them those imports.
+    # 1.2 s of them those imports. An RNN's parameters are counted on the meta device.
     code = (
         "import sys\n"
         "from transformer.cli import main\n"
-        "code = main(['info', '--preset', 'small', '--positional', 'sinusoidal'])\n"
+        f"code = main(['info', '--preset', 'small', '--architecture', '{architecture}'])\n"
         "late = [m for m in ('torch._dynamo', 'sympy', 'matplotlib') if m in sys.modules]\n"
         "print('imported:', *late, file=sys.stderr)\n"
         "sys.exit(code)\n"

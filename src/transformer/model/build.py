@@ -46,7 +46,7 @@ def build_model(config: ModelConfig, origin: str = "", initialise: bool = True) 
 
 # Every layer draws its first weights through these (nn.Linear, nn.Embedding, nn.GRU, ours).
 _RANDOM_INITS = ("uniform_", "normal_", "kaiming_uniform_", "xavier_uniform_")
-_INIT_LOCK = threading.Lock()
+_INIT_LOCK = threading.RLock()  # held by one thread, which may nest them
 
 
 @contextmanager
@@ -118,7 +118,7 @@ def parameter_count(config: ModelConfig) -> int:
     one after each stack when pre-norm).
     """
     if config.architecture == "rnn":
-        with torch.device("meta"):
+        with torch.device("meta"), _not_drawn():  # a draw there imports the compiler: 1 s
             return sum(p.numel() for p in _network(config).parameters())
     d, f = config.d_model, config.d_ff
     attention, feed_forward, norm = 4 * (d * d + d), 2 * d * f + f + d, 2 * d
