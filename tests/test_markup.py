@@ -468,6 +468,12 @@ def test_a_line_prefix_begins_its_first_block_and_a_cut_block_marks_its_line():
                             markup="html").texts  # fmt: skip
     assert engine.prefixes == [["P", "", "Q"]]
     assert [t.truncated for t in found] == [True, False]
+    # a marked-up line without text has no block to begin: its prefix is not decoded (a
+    # plain empty line with a prefix is, and its output starts with it)
+    engine = PrefixEngine(cut=[])
+    found = translate_texts(engine, ["<br/>", "", "c"], prefixes=["P", "Q", "R"],
+                            markup="html").texts  # fmt: skip
+    assert engine.prefixes == [["", "", "R"]] and [t.text for t in found][:2] == ["<br/>", ""]
 
 
 def test_a_paragraph_record_holds_its_lines_with_their_block_tags():

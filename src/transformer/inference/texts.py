@@ -65,12 +65,16 @@ class Plan:
     def part_prefixes(self, prefixes: list[str] | None) -> list[str] | None:
         """One target prefix per part, from one per text (lines only): a line's prefix begins
         its first part's translation, and its other parts (a marked-up line's later blocks)
-        have none."""
+        have none. A marked-up line without text has no block for its prefix to begin: it is
+        written as it is, undecoded (a plain empty line with a prefix is decoded from it)."""
         if prefixes is None:
             return None
         counts = [sum(len(f.parts) for f in sentences) for sentences in self.fitted]
-        return [p for prefix, n in zip(prefixes, counts, strict=True)
-                for p in [prefix] + [""] * (n - 1)]  # fmt: skip
+        out = [p for prefix, n in zip(prefixes, counts, strict=True)
+               for p in [prefix] + [""] * (n - 1)]  # fmt: skip
+        if self.marked is not None:
+            out = [p if part.strip() else "" for p, part in zip(out, self.parts, strict=True)]
+        return out
 
 
 def plan(
