@@ -115,6 +115,13 @@ class TargetTooLong(UserError):
                          "positions, less one for <s>)")  # fmt: skip
         self.index, self.pieces, self.most = index, pieces, most
 
+    @staticmethod
+    def check(index: int, pieces: int, max_positions: int, where: str = "") -> None:
+        """Raises for a target of ``pieces`` pieces that a model of ``max_positions`` positions
+        cannot score (it needs one more, for <s>)."""
+        if pieces > max_positions - 1:
+            raise TargetTooLong(index, pieces, max_positions - 1, where)
+
     def at(self, where: str) -> TargetTooLong:
         """The same error, naming the target ``where``."""
         return TargetTooLong(self.index, self.pieces, self.most, where)
@@ -146,8 +153,7 @@ def score_with(
             pieces = [*pieces[: max_positions - 1], pieces[-1]]  # keep the EOS
             truncated.append(i)
         gold = tokenizers.tgt.encode(target)
-        if len(gold) > max_positions - 1:
-            raise TargetTooLong(i, len(gold), max_positions - 1)
+        TargetTooLong.check(i, len(gold), max_positions)
         src_ids.append(pieces)
         tgt_ids.append(gold)
     totals = score(src_ids, tgt_ids) if src_ids else []

@@ -31,11 +31,10 @@ def check_targets_fit(cost: Cost, engine: Engine, targets: list[str], most: int)
     if cost.longest <= most:
         return
     for i, target in enumerate(targets):
-        pieces = len(engine.tokenizers.tgt.encode(target))
-        if pieces > most - 1:
-            raise ApiError(
-                422, "invalid_request", str(TargetTooLong(i, pieces, most - 1, f"targets.{i}"))
-            )
+        try:
+            TargetTooLong.check(i, len(engine.tokenizers.tgt.encode(target)), most, f"targets.{i}")
+        except TargetTooLong as error:
+            raise ApiError(422, "invalid_request", str(error)) from None
 
 
 def check_queue(sentences: int, most: int) -> None:
