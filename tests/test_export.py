@@ -384,7 +384,7 @@ def test_converting_on_the_fly_runs_torch_on_one_thread_and_restores_its_threads
     numbers_model, monkeypatch
 ):
     # Torch on several threads before CTranslate2 starts slows CTranslate2's own threads
-    # (export/engine.py, _torch_on_one_thread); afterwards torch has its threads back.
+    # (device.torch_on_one_thread); afterwards torch has its threads back.
     seen = []
     real_save_model = engine_module.save_model
 
@@ -416,3 +416,25 @@ def test_loading_an_export_leaves_torch_its_threads(numbers_model, tmp_path):
         torch.set_num_threads(threads)
     # the served model's parameter count: that of the model it was exported from
     assert engine.parameters == load_torch_engine(numbers_model).parameters
+
+
+@needs_ct2
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_a_precision_ctranslate2_cannot_compute_here_is_one_line_naming_it(
+    precision, numbers_model, tmp_path, capsys
+):
+    # CTranslate2's Translator raised a bare ValueError (a traceback) for a model directory
+    import ctranslate2
+
+    half = {"bf16": "bfloat16", "fp16": "float16"}[precision]
+    if half in ctranslate2.get_supported_compute_types("cpu"):
+        pytest.skip(f"CTranslate2 computes in {half} on this CPU")
+    export_model(numbers_model, tmp_path / "ct2", "int8")
+    (tmp_path / "in.txt").write_text("twelve\n")
+    for model, compute_type in ((numbers_model, half), (tmp_path / "ct2", f"int8_{half}")):
+        code, out, err = cli(["translate", str(model), "-i", str(tmp_path / "in.txt"),
+                              "--engine", "ctranslate2", "--runtime.device", "cpu",
+                              "--runtime.precision", precision], capsys)  # fmt: skip
+        assert code == 2 and out == "" and err.count("\n") == 1, err
+        assert f"--runtime.precision {precision}" in err and f"in {compute_type} " in err, err
+        assert "float32" in err and "export the model again" not in err

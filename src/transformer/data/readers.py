@@ -35,10 +35,11 @@ def _check_file(path: Path) -> None:
     if not path.exists():
         broken = " (a symbolic link to a missing file, or in a loop)" if path.is_symlink() else ""
         raise UserError(f"file not found: {path}{broken}")
+    if path.is_dir():
+        raise UserError(f"not a file: {path} is a folder; give a file")
     if not path.is_file():  # some files are read twice (training's splits); a device never ends
-        what = "a folder" if path.is_dir() else "a pipe or a device, not a regular file"
-        raise UserError(f"not a file: {path} is {what}; give a file (text to translate may "
-                        "also come on standard input)")  # fmt: skip
+        raise UserError(f"not a file: {path} is a pipe or a device, not a regular file; give a "
+                        "file (text to translate may also come on standard input)")  # fmt: skip
 
 
 def decoded_lines(stream: IO[bytes], name: str) -> Iterator[str]:

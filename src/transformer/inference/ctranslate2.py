@@ -56,8 +56,6 @@ from __future__ import annotations
 
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -68,7 +66,7 @@ import torch
 from ..config import DecodeConfig, RunConfig, RuntimeConfig
 from ..data.batching import pad
 from ..data.tokenizer import Tokenizers
-from ..device import check_threads, cores
+from ..device import check_threads, cores, torch_on_one_thread
 from ..errors import UserError
 from ..export.folder import MARKER, is_export, read_export, save_model
 from ..export.spec import import_ctranslate2
@@ -334,7 +332,7 @@ def load_ctranslate2(
             raise UserError(f"{path}: CTranslate2 cannot load this export ({reason}); export "
                             "the model again") from None  # fmt: skip
     else:
-        with _torch_on_one_thread():
+        with torch_on_one_thread():
             loaded = load_checkpoint(path, checkpoint, "cpu")
             require_transformer(loaded.config.model, "run on the ctranslate2 engine")
             config, path, heads = loaded.config, loaded.path, None  # None: every head averaged
@@ -352,21 +350,6 @@ def load_ctranslate2(
                              threads=threads or DecodeThreads())  # fmt: skip
 
 
-@contextmanager
-def _torch_on_one_thread() -> Iterator[None]:
-    """Torch on one thread while it loads and converts the model. Measured on 2 cores: once torch
-    had run an op on 2 threads in the process, CTranslate2 on 2 threads took 1.56 s instead of
-    0.34 s for the demo's test set (the two libraries' OpenMP threads get in each other's way;
-    OMP_WAIT_POLICY and GOMP_SPINCOUNT changed nothing). On one thread torch starts no pool, and
-    loading a checkpoint gains nothing from threads."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def _ct2_model(ct2: Any, folder: Path, runtime: RuntimeConfig, quantization: str) -> Any:
     """A ``ctranslate2.Translator`` on the runtime's device, threads and precision."""
     cuda_devices = ct2.get_cuda_device_count()
@@ -376,10 +359,16 @@ def _ct2_model(ct2: Any, folder: Path, runtime: RuntimeConfig, quantization: str
     if device == "cuda" and int(index or 0) >= cuda_devices:
         raise UserError(f"--device {runtime.device}: CTranslate2 sees {cuda_devices} CUDA "
                         "device(s)")  # fmt: skip
-    compute_type = "default"  # the type the model was exported in
-    if runtime.precision in ("bf16", "fp16"):  # fp32 and auto: the type it was exported in
+    compute_type = "default"  # fp32 and auto: the type the model was exported in
+    if runtime.precision in ("bf16", "fp16"):
         half = {"bf16": "bfloat16", "fp16": "float16"}[runtime.precision]
         compute_type = f"int8_{half}" if quantization.startswith("int8") else half
+        can = ct2.get_supported_compute_types(device, int(index or 0))
+        if compute_type not in can:  # checked here: the Translator raised a bare ValueError
+            raise UserError(
+                f"--runtime.precision {runtime.precision}: CTranslate2 cannot compute in "
+                f"{compute_type} on this {device} (only {', '.join(sorted(can))}); use fp32"
+            )
     # On a CPU, batches in parallel, by default on one thread each: on the 2-core machine, int8
     # beam 4 over Multi30k's test2016 took 2.7 s with inter_threads=2 against 4.6 s with
     # intra_threads=2. The same rule as the torch engine's (parallel.decode_threads).
@@ -391,7 +380,7 @@ def _ct2_model(ct2: Any, folder: Path, runtime: RuntimeConfig, quantization: str
         threads = {"intra_threads": runtime.threads}
     torch_threads = torch.get_num_threads()
     model = ct2.Translator(str(folder), device=device, device_index=int(index or 0),
-                                compute_type=compute_type, **threads)  # fmt: skip
+                           compute_type=compute_type, **threads)  # fmt: skip
     # CTranslate2 sets the calling thread's OpenMP thread count to intra_threads, which is
     # torch's too: without this, torch ran on one thread for the rest of the process.
     torch.set_num_threads(torch_threads)
