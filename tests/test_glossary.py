@@ -3,6 +3,7 @@ constrained search (a stub whose best constrained answer is known by hand, rando
 every output must hold its terms, and plain beam search's output wherever there is no term),
 the glossary file's reader, and the command line."""
 
+import json
 import math
 import random
 from types import SimpleNamespace
@@ -304,6 +305,62 @@ def test_no_room_for_the_terms_is_said_for_that_line(numbers_model, tmp_path, gl
     assert not [line for line in done.stderr if "line 1" in line]
 
 
+# --- documents, markup and jsonl ----------------------------------------------------------------
+def _sentences(jsonl: str) -> list[dict]:
+    """The sentence records of ``--document --output_format jsonl``, in order."""
+    return [s for line in jsonl.splitlines() for s in json.loads(line)["sentences"]]
+
+
+def test_each_sentence_of_a_document_gets_its_terms_and_the_others_stay_as_they_were(
+    numbers_model, tmp_path, glossary
+):
+    source = tmp_path / "in.en"
+    source.write_text("seventy. four.\n\nninety. two seventy.\n", encoding="utf-8")
+    terms = glossary("seventy\tseptante\n")
+    args = ["translate", str(numbers_model), "-i", str(source), "--document"]
+    plain = cli_main(*args, "--output_format", "jsonl")
+    done = cli_main(*args, "--output_format", "jsonl", "--glossary", terms)
+    assert plain.code == done.code == 0, done.stderr
+    before, after = _sentences(plain.stdout), _sentences(done.stdout)
+    assert [s["source"] for s in after] == ["seventy.", "four.", "ninety.", "two seventy."]
+    for old, new in zip(before, after, strict=True):
+        if "seventy" in new["source"]:
+            assert "septante" in new["text"].split(), new
+            assert "septante" in [w["word"] for w in new["words"]]  # scored as written
+        else:
+            assert new["text"] == old["text"] and "missing_terms" not in new
+    text = cli_main(*args, "--glossary", terms)  # the document as text: the same sentences
+    assert text.code == 0 and text.stdout.split() == " ".join(s["text"] for s in after).split()
+
+
+def test_a_marked_up_line_gets_its_terms_and_keeps_its_tags(numbers_model, tmp_path, glossary):
+    page = tmp_path / "page.html"
+    page.write_text("<p>seventy <b>four</b></p>\n<i>ninety</i>\n", encoding="utf-8")
+    terms = glossary("seventy\tseptante\n")
+    args = ["translate", str(numbers_model), "-i", str(page), "--markup", "html"]
+    plain, done = cli_main(*args), cli_main(*args, "--glossary", terms)
+    assert plain.code == done.code == 0, done.stderr
+    first, second = done.stdout.splitlines()
+    assert "septante" in first and first.startswith("<p>") and first.endswith("</p>")
+    assert first.count("<b>") == first.count("</b>") == 1
+    assert second == plain.stdout.splitlines()[1]  # no term: as without the glossary
+
+
+def test_no_room_for_a_document_s_terms_is_said_for_its_line(numbers_model, tmp_path, glossary):
+    tgt = Tokenizers.load(numbers_model, read_config(numbers_model).model.vocab_sizes).tgt
+    longest = max(n for n in range(1, 48) if len(tgt.encode("sept " * n)) <= 47)
+    source = tmp_path / "in.en"
+    source.write_text("four.\n\nfive. one and two.\n", encoding="utf-8")
+    terms = glossary("one\t" + "sept " * longest + "\ntwo\t" + "sept " * longest + "\n")
+    done = cli_main("translate", str(numbers_model), "-i", str(source), "--document",
+                    "--output_format", "jsonl", "--glossary", terms)  # fmt: skip
+    assert done.code == 0, done.stderr
+    found = _sentences(done.stdout)
+    assert [bool(s.get("missing_terms")) for s in found] == [False, False, True]
+    assert [line for line in done.stderr if "line 3" in line and "lacks" in line], done.stderr
+    assert not [line for line in done.stderr if "lacks" in line and "line 3" not in line]
+
+
 # --- over HTTP ---------------------------------------------------------------------------------
 def test_a_request_glossary_forces_its_terms_and_a_bad_one_is_422(torch_engine):
     pytest.importorskip("fastapi")
@@ -361,3 +418,22 @@ def test_a_response_names_the_terms_no_room_was_left_for(torch_engine):
         assert first["missing_terms"] is None
         assert second["missing_terms"], second  # one of the two terms, or both
         assert set(second["missing_terms"]) <= {t.strip() for _, t in terms} | {t for _, t in terms}
+
+
+def test_a_request_glossary_goes_with_documents_and_jsonl(torch_engine):
+    pytest.importorskip("fastapi")
+    tgt, limit = torch_engine.tokenizers.tgt, torch_engine.model.config.max_positions - 1
+    longest = max(n for n in range(1, limit + 1) if len(tgt.encode("sept " * n)) <= limit)
+    texts = ["seventy. four.", "five. one and two."]
+    body = {"sentences": texts, "document": True, "output_format": "jsonl",
+            "glossary": [["seventy", "septante"], ["one", "sept " * longest],
+                         ["two", "huit " * longest]]}  # fmt: skip
+    with client_for(torch_engine) as client:
+        done = client.post("/translate", json=body)
+    assert done.status_code == 200, done.text
+    first, second = done.json()["translations"]
+    sentences = [s for p in first["paragraphs"] for s in p["sentences"]]
+    assert "septante" in sentences[0]["text"].split() and first["missing_terms"] is None
+    assert sentences[1]["text"] == torch_engine.translate(["four."]).best[0]
+    last = second["paragraphs"][0]["sentences"][-1]
+    assert last["missing_terms"] and second["missing_terms"] == last["missing_terms"]

@@ -610,15 +610,11 @@ def test_what_cannot_be_kept_is_one_line_and_nothing_is_written(numbers_model, t
 
 
 @pytest.mark.slow
-def test_standard_input_is_named_and_a_glossary_refused(numbers_model, tmp_path):
+def test_standard_input_is_named(numbers_model):
     done = cli_main("translate", str(numbers_model), "--markup", "html", "--device", "cpu",
                     stdin="one\n<b>two\n")  # fmt: skip
     one_line_error(done, 2, "<stdin>: line 2: <b> is never closed")
     assert done.stdout == ""
-    (tmp_path / "terms.tsv").write_text("one\tun\n")
-    done = cli_main("translate", str(numbers_model), "--markup", "html", "--glossary",
-                    str(tmp_path / "terms.tsv"), "-i", str(write_page(tmp_path)))  # fmt: skip
-    one_line_error(done, 2, "--glossary goes with plain lines", "--markup")
 
 
 @pytest.mark.slow

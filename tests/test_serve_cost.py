@@ -203,6 +203,41 @@ def test_a_glossary_of_many_terms_is_counted_with_the_search_work_they_make(engi
     assert cost.tokens > 2 * plain.tokens  # the terms' work, beyond the room they make
 
 
+def test_a_document_s_glossary_is_counted_with_its_sentences_and_their_scoring(engine, monkeypatch):
+    # A glossary with documents and jsonl: the sentences the segmenter finds are searched with
+    # the terms' work, then scored (one pass more); the budget counts all of it.
+    updates = []
+    advance = TermState.advance
+
+    def counted(state, token):
+        updates.append(len(state.terms))
+        return advance(state, token)
+
+    monkeypatch.setattr(TermState, "advance", counted)
+    words = ["one", "two", "three", "four", "five", "six"]
+    targets = ["un", "deux", "trois", "quatre", "cinq", "six"]
+    sentence = " ".join(words) + "."
+    texts = [" ".join([sentence] * 2)] * 4  # 4 documents of 2 sentences each
+    body = {
+        "sentences": texts,
+        "document": True,
+        "output_format": "jsonl",
+        "beam_size": 4,
+        "min_len": 47,
+        "glossary": [list(pair) for pair in zip(words, targets, strict=True)],
+    }
+    decode, positions = decode_of(engine, body), engine.model.config.max_positions
+    glossary = Glossary.of(body["glossary"])
+    parts = [sentence] * 8
+    cost = translation_cost(engine.tokenizers, parts, None, decode, positions, rerun=1,
+                            glossary=glossary)  # fmt: skip
+    without = translation_cost(engine.tokenizers, parts, None, decode, positions, rerun=1)
+    tokens = served_within_its_count(engine, "/translate", body, cost.tokens)
+    work = sum(updates)
+    assert work and tokens + work / TERM_UPDATES_PER_TOKEN <= cost.tokens, (tokens, work, cost)
+    assert cost.tokens > 2 * without.tokens
+
+
 def test_attention_step_through_and_score_cost_at_least_their_work(engine, long_prefix):
     positions = engine.model.config.max_positions
     body = {"sentence": "one", "beam_size": 16, "prefix": long_prefix}

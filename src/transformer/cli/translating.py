@@ -61,15 +61,12 @@ def translate_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     glossary = _glossary(ns.glossary, ns.engine)
     texts = (ns.document or ns.output_format == "jsonl" or ns.flag_below is not None
              or ns.markup != "text")  # fmt: skip
-    if texts and glossary is not None:
-        raise UserError("--glossary goes with plain lines, not with --document, "
-                        "--output_format jsonl, --flag_below or --markup")  # fmt: skip
     engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
                          **given.get("decode", {}))  # fmt: skip
     if texts:
         translate_texts_file(engine, source, output, stdin, stdout, _warn("translate"),
                              ns.document, ns.output_format == "jsonl", ns.flag_below,
-                             ns.prefix, ns.markup)  # fmt: skip
+                             ns.prefix, ns.markup, glossary)  # fmt: skip
         return
     translate_file(engine, source, output, stdin, stdout, _warn("translate"), ns.prefix, glossary)
 

@@ -30,8 +30,9 @@ from ..errors import UserError
 from ..files import atomic_write
 from .confidence import check_threshold
 from .engine import Engine
+from .glossary import Glossary
 from .markup import MarkupError, parse_markup
-from .texts import TextsResult, check_options, record, translate_texts
+from .texts import SentenceOut, TextsResult, check_options, record, translate_texts
 
 CHUNK = 2000  # lines translated at once without --document (bounded memory)
 
@@ -48,11 +49,15 @@ def translate_texts_file(
     flag_below: float | None,
     prefix: str | None = None,
     markup: str = "text",
+    glossary: Glossary | None = None,
 ) -> int:
     """Translates ``input`` (or ``stdin``) into ``output`` (or ``stdout``) as the module
-    docstring says; returns the number of input lines."""
+    docstring says; returns the number of input lines. ``glossary``: terms every sentence's
+    translation must use, checked against the model before any line is read."""
     if flag_below is not None:
         check_threshold(flag_below)
+    if glossary is not None:
+        glossary.check(engine.tokenizers, engine.config.model.max_positions)
     check_options(engine.decode, document, jsonl, flag_below is not None, markup)
     if document and prefix is not None:
         raise UserError("--prefix goes with lines; a document's sentences are found by the "
@@ -71,17 +76,20 @@ def translate_texts_file(
     confidence = jsonl or flag_below is not None
     if document:
         found = _checked(name, 0, translate_texts, engine, ["\n".join(lines)], None, True,
-                         confidence, flag_below, None, markup)  # fmt: skip
+                         confidence, flag_below, None, markup, glossary)  # fmt: skip
         _warn_splits(found, engine.config.model.max_positions, warn)
+        _warn_missing(found.texts[0].sentences, 0, warn)
         out = _document_lines(found, jsonl)
     for start in range(0, 0 if document else len(lines), CHUNK):
         chunk = lines[start : start + CHUNK]
         forced = prefixes[start : start + CHUNK] if prefixes is not None else None
-        found = translate_texts(engine, chunk, None, False, confidence, flag_below, forced, markup)
+        found = translate_texts(engine, chunk, None, False, confidence, flag_below, forced, markup,
+                                glossary)  # fmt: skip
         for i, t in enumerate(found.texts):
             if t.truncated:
                 warn(f"line {start + i + 1}: longer than the model accepts; translated its "
                      "beginning")  # fmt: skip
+            _warn_missing(t.sentences, start + i, warn)
             out.append(_json({"line": start + i + 1, **record(t)}) if jsonl else t.text)
     text = "".join(line + "\n" for line in out)
     if output is None:
@@ -122,6 +130,16 @@ def _warn_splits(found: TextsResult, limit: int, warn: Callable[[str], None]) ->
     for s in found.splits:
         warn(f"line {s.line}: a sentence of {s.pieces} pieces is longer than the model accepts "
              f"({limit}); translated in {s.parts} parts, split {s.how}")  # fmt: skip
+
+
+def _warn_missing(sentences: list[SentenceOut], before: int, warn: Callable[[str], None]) -> None:
+    """A warning for each sentence whose translation lacks a glossary term (``before``: the
+    lines before its text)."""
+    for s in sentences:
+        if s.missing_terms:
+            terms = ", ".join(repr(term) for term in s.missing_terms)
+            warn(f"line {before + s.line}: the translation lacks the glossary's {terms}: the "
+                 "length limit left no room")  # fmt: skip
 
 
 def _json(value: dict) -> str:

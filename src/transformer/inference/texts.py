@@ -7,8 +7,9 @@ and of ``document: true`` over HTTP; the command line and the server use its thr
    it, put back together as one sentence in step 3), or with ``document`` a document
    (documents.py): paragraphs split into sentences, and each sentence too long for the model
    split into parts that fit (``documents.fit``);
-2. the engine translates every part of every text in one batched call (``Engine.translate``),
-   and with ``confidence`` scores them (confidence.py);
+2. the engine translates every part of every text in one batched call (``Engine.translate``;
+   with a ``glossary``, each part gets the terms its source holds), and with ``confidence``
+   scores them (confidence.py);
 3. ``put_back``: the parts become sentences again (their translations joined by a space, their
    word alignments shifted to match), the sentences paragraphs, the paragraphs the document
    (``Document.assemble``: order, breaks and leading whitespace as given).
@@ -32,6 +33,7 @@ from ..errors import UserError
 from .alignment import pharaoh
 from .confidence import Confidence, Word, check_threshold, confidences, flagged
 from .documents import Document, Fitted, fit, read_document
+from .glossary import Glossary
 from .markup import MARKUPS, MarkupError
 from .markup_segments import Marked, read_marked
 from .translate import Translation, TranslationResult
@@ -130,6 +132,7 @@ class SentenceOut:
     split: str = ""  # how it was split to fit the model ("": it was not)
     best_targets: list[tuple[int, int]] | None = None  # for the tags (Translation)
     plain: tuple[str, str] | None = None  # with markup: (source, text) without their tags
+    missing_terms: list[str] | None = None  # a glossary's target terms it lacks (no room)
 
 
 @dataclass
@@ -163,10 +166,12 @@ def put_back(
             n = len(f.parts)
             parts = best[k : k + n]
             conf = _joined_confidence(found[k : k + n]) if found is not None else None
+            missing = [term for i in range(k, k + n) for term in result.unmet.get(i, [])]
             out = SentenceOut(source, " ".join(x.text for x in parts if x.text),
                               sum(x.score for x in parts), line, conf,
                               _joined_alignment(f.parts, parts), f.how,
-                              _joined_alignment(f.parts, parts, "best_targets"))  # fmt: skip
+                              _joined_alignment(f.parts, parts, "best_targets"),
+                              missing_terms=missing or None)  # fmt: skip
             if flag_below is not None and conf is not None:
                 out.text = flagged(out.text, conf.words, flag_below)
             sentences.append(out)
@@ -225,8 +230,9 @@ def _joined_sentence(blocks: list[SentenceOut]) -> SentenceOut:
     conf = _joined_confidence(found) if all(c is not None for c in found) else None
     links = _joined_links(sources, texts, [s.alignment for s in blocks])
     plain = (" ".join(x for x in sources if x), " ".join(x for x in texts if x))
+    missing = [term for s in blocks for term in s.missing_terms or []]
     return SentenceOut(plain[0], plain[1], sum(s.score for s in blocks), 1, conf, links,
-                       plain=plain)  # fmt: skip
+                       plain=plain, missing_terms=missing or None)  # fmt: skip
 
 
 def _joined_confidence(parts: list[Confidence]) -> Confidence:
@@ -289,6 +295,7 @@ def translate_texts(
     flag_below: float | None = None,
     prefixes: list[str] | None = None,
     markup: str = "text",
+    glossary: Glossary | None = None,
 ) -> TextsResult:
     """Translates ``texts``: lines, or with ``document`` documents (paragraphs separated by
     blank lines), all their sentences in one batched call of ``engine`` (an ``Engine``).
@@ -300,6 +307,8 @@ def translate_texts(
         prefixes: one target prefix per text (lines only).
         markup: "html" or "xml": the texts are marked up, and their tags are put back around
             the words they belong to (markup.py); "text": plain text.
+        glossary: terms each sentence's translation must use (glossary.py; the torch engine);
+            a sentence left without one for lack of room lists it in ``missing_terms``.
     """
     d = decode or engine.decode
     if flag_below is not None:
@@ -309,7 +318,9 @@ def translate_texts(
         raise UserError("prefix: a document's sentences are found by the segmenter; prefixes "
                         "go with lines, not documents")  # fmt: skip
     p = plan_for(engine, texts, document, markup)
-    result = engine.translate(p.parts, aligned(p, d, engine.name), p.part_prefixes(prefixes))
+    terms = {"glossary": glossary} if glossary is not None else {}  # only where asked for
+    result = engine.translate(p.parts, aligned(p, d, engine.name), p.part_prefixes(prefixes),
+                              **terms)  # fmt: skip
     found = None
     if confidence or flag_below is not None:
         found = confidences(engine, engine.tokenizers, p.parts, _tokens(result))
@@ -359,6 +370,8 @@ def sentence_record(s: SentenceOut) -> dict:
         out["plain_source"], out["plain_text"] = s.plain
     if s.split:
         out["split"] = s.split
+    if s.missing_terms:
+        out["missing_terms"] = s.missing_terms
     return out
 
 

@@ -172,16 +172,13 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     markup = body.markup or "text"
     jsonl = body.output_format == "jsonl"
     if body.document or jsonl or body.flag_below is not None or markup != "text":
-        if glossary is not None:
-            raise ApiError(422, "invalid_request", "glossary: goes with plain sentences, not "
-                           "with document, output_format jsonl, flag_below or markup")  # fmt: skip
         found, together = await translate_texts_request(
             served.engine, sentences, decode, body.prefix, bool(body.document), jsonl,
             body.flag_below, lambda job, abandon=None: _answer(served, job, request, abandon),
-            lambda parts, search, forced: served.batcher.translate(parts, search, forced),
+            lambda parts, search, forced: served.batcher.translate(parts, search, forced, glossary),
             served.batcher.call,
             lambda parts, search, rerun, forced: _check_search(served, parts, forced, search,
-                                                               rerun),
+                                                               rerun, glossary),
             markup,
         )  # fmt: skip
         return TranslateResponse(translations=[SentenceTranslation(**f) for f in found],

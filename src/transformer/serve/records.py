@@ -34,6 +34,8 @@ class SentenceRecord(BaseModel):
     plain_source: str | None = Field(None, description="with markup: the source without its "
                                      "tags, as the model read it")  # fmt: skip
     plain_text: str | None = Field(None, description=PLAIN_TEXT)
+    missing_terms: list[str] | None = Field(None, description="with a glossary: its target terms "
+                                            "the length limit left no room for")  # fmt: skip
 
 
 class ParagraphRecord(BaseModel):

@@ -1,6 +1,6 @@
 """/translate with ``document``, ``output_format: jsonl``, ``flag_below`` or ``markup``: the
 fields of ``translate --document --output_format jsonl --flag_below P --markup html`` over HTTP
-(inference/texts.py).
+(inference/texts.py), with a ``glossary`` too.
 
 Each of the request's ``sentences`` is then a text: a line, or with ``document`` a document
 whose paragraphs are separated by blank lines. All their sentences go to the batcher as one job;
@@ -122,8 +122,10 @@ async def translate_texts_request(
 def _fields(t: TextOut, jsonl: bool) -> dict:
     score = finite(sum(s.score for s in t.sentences))
     first = record(t) if t.paragraphs is None else None
+    missing = [term for s in t.sentences for term in s.missing_terms or []]
     fields: dict = {"text": t.text, "score": score, "truncated": t.truncated,
-                    "alignment": first.get("alignment") if first else None}  # fmt: skip
+                    "alignment": first.get("alignment") if first else None,
+                    "missing_terms": missing or None}  # fmt: skip
     fields["nbest"] = [{"text": t.text, "score": score, "alignment": fields["alignment"]}]
     if first is not None:
         fields["plain_text"] = first.get("plain_text")
