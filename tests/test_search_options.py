@@ -303,6 +303,15 @@ def test_translate_prefix_file_on_the_command_line(numbers_model, tmp_path, caps
     assert code == 2 and err.count("\n") == 1, err
     assert "short.txt has 1 lines" in err and "in.txt has 5" in err
     assert not (tmp_path / "o").exists()
+    # a prefix the vocabulary cannot spell is named by its file and line, with jsonl, flagged
+    # words and markup too (they said "prefix 2")
+    (tmp_path / "bad.txt").write_text("quatre\n<b>\n\n\n\n")
+    for extra in ([], ["--output_format", "jsonl"], ["--flag_below", "0.5"],
+                  ["--markup", "html"]):  # fmt: skip
+        code, out, err = cli(["translate", str(numbers_model), "-i", str(tmp_path / "in.txt"),
+                              "--prefix", str(tmp_path / "bad.txt"), *extra], capsys)  # fmt: skip
+        assert code == 2 and out == "" and err.count("\n") == 1, (extra, err)
+        assert f"{tmp_path / 'bad.txt'}: line 2 holds characters" in err, (extra, err)
     code, _, err = cli(["translate", str(numbers_model), "-i", str(tmp_path / "in.txt"),
                         "--min_len", "48"], capsys)  # fmt: skip
     assert code == 2 and "min_len 48 is above the model's length limit (47" in err

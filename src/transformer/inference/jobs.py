@@ -75,7 +75,7 @@ def translate_file(
     prefixes = None
     if prefix is not None:
         lines = list(lines)
-        prefixes = _read_prefixes(engine, prefix, len(lines), input or "standard input")
+        prefixes = read_prefixes(engine, prefix, len(lines), input or "standard input")
     chunk = 1 if interactive else 2000
     nbest = engine.decode.nbest
     if output is None:
@@ -87,7 +87,7 @@ def translate_file(
                                prefixes)  # fmt: skip
 
 
-def _read_prefixes(engine: Engine, path: str, count: int, input: str) -> list[str]:
+def read_prefixes(engine: Engine, path: str, count: int, input: str) -> list[str]:
     """The prefix file's lines, checked against the input and the model before any work."""
     prefixes = read_lines(path)
     if len(prefixes) != count:

@@ -31,6 +31,7 @@ from ..files import atomic_write
 from .confidence import check_threshold
 from .engine import Engine
 from .glossary import Glossary
+from .jobs import read_prefixes
 from .markup import MarkupError, parse_markup
 from .texts import SentenceOut, TextsResult, check_options, record, translate_texts
 
@@ -63,11 +64,9 @@ def translate_texts_file(
         raise UserError("--prefix goes with lines; a document's sentences are found by the "
                         "segmenter (leave out --prefix or --document)")  # fmt: skip
     lines = text_lines(input, stdin)
-    prefixes = read_lines(prefix) if prefix is not None else None
-    if prefixes is not None and len(prefixes) != len(lines):
-        name = input or "standard input"
-        raise UserError(f"--prefix {prefix} has {len(prefixes)} lines but {name} has "
-                        f"{len(lines)}; give one prefix per line")  # fmt: skip
+    prefixes = None
+    if prefix is not None:  # each line checked against the model, named by the file's line
+        prefixes = read_prefixes(engine, prefix, len(lines), input or "standard input")
     name = input or "<stdin>"
     if markup != "text" and not document:  # every line checked before any is translated
         for number, line in enumerate(lines, 1):
