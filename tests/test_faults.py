@@ -133,6 +133,26 @@ def test_overwrite_replaces_the_run_once_it_has_a_checkpoint(run):
     ]  # fmt: skip
     assert (run / "notes.txt").read_text().startswith("the user's notes")
     assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == [".lock"]
+    # the same data and tokenizers: the old run's training set is reused, and the new run has
+    # it too (the swap dropped it: the new run had none of its own)
+    assert (run / "data" / "train" / "meta.json").is_file()
+
+
+def test_overwrite_with_other_data_replaces_the_run_and_its_training_set(run):
+    # A training set made anew goes from the run's scratch folder into the new run built in
+    # .staging (a write gate refusal, with a traceback, left .tmp-data behind).
+    old_meta = (run / "data" / "train" / "meta.json").read_text()
+    args = ["train", "--out", str(run), "--overwrite", "--quiet", *TINY, "--max_steps", "2",
+            "--save_every", "2", "--validate_every", "2", "--numbers_train", "300"]  # fmt: skip
+    done = cli(*args)
+    assert done.code == 0, done.stderr
+    assert not [line for line in done.stderr if "Traceback" in line]
+    assert (run / "data" / "train" / "meta.json").read_text() != old_meta
+    assert json.loads((run / "config.json").read_text())["data"]["numbers_train"] == 300
+    assert (run / "notes.txt").read_text().startswith("the user's notes")
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == [".lock"]
+    resumed = cli("train", "--out", str(run), "--resume", "--quiet", "--max_steps", "3")
+    assert resumed.code == 0, resumed.stderr
 
 
 # ----------------------------------------------------------------- index and checkpoints

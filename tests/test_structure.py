@@ -186,14 +186,15 @@ def test_the_top_level_keeps_its_names():
 
 
 # ---------------------------------------------------------- every write goes through the gate
-# The write gate (files.py and what it puts aside, temporaries.py) is the only code that may
-# write, rename or delete on disk: there the rule that keeps a user's files is applied
-# (docs/reliability.md). Anywhere else these are direct writes. Not listed: making an empty
-# folder (mkdir: it replaces nothing, and what is written into it goes through the gate), and
+# The write gate (files.py, what it puts aside, temporaries.py, and the run lock,
+# model_dir/locks.py) is the only code that may write, rename or delete on disk: there the rule
+# that keeps a user's files is applied (docs/reliability.md). Anywhere else these are direct
+# writes. Not listed: making an empty folder (mkdir: it replaces nothing, and what is written
+# into it goes through the gate), and
 # libraries that write on their own into a folder the gate made for them (CTranslate2's
 # spec.save into an export being built, TensorBoard's event files in a run's tensorboard/).
 # Path.replace cannot be told from str.replace by its name: the package writes os.replace.
-GATE = {"transformer.files", "transformer.temporaries"}
+GATE = {"transformer.files", "transformer.temporaries", "transformer.model_dir.locks"}
 WRITING_CALLS = {
     "os.replace", "os.rename", "os.renames", "os.remove", "os.unlink", "os.rmdir",
     "os.removedirs", "os.truncate", "os.ftruncate", "os.link", "os.symlink", "os.mkfifo",

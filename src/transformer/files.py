@@ -23,11 +23,10 @@ the next write of the same name (``temporaries.py``).
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import logging
 import os
+import shutil
 import stat
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -364,36 +363,22 @@ def move(source: Path, destination: Path, owner: Path) -> None:
     os.rename(source, destination)
 
 
+def link_tree(source: Path, destination: Path, owner: Path) -> None:
+    """Makes the new folder ``destination`` (in the project folder ``owner``) hold hard links
+    to the files of the folder ``source``: the same files, not copies (a copy where the file
+    system cannot link), so that removing either folder later leaves the other whole."""
+    _check_write(destination, owner)
+    destination.mkdir(parents=True)
+    for path in sorted(source.iterdir()):
+        if path.is_dir():
+            link_tree(path, destination / path.name, owner)
+            continue
+        try:
+            os.link(path, destination / path.name)
+        except OSError:  # a file system without hard links
+            shutil.copy2(path, destination / path.name)
+
+
 def _warn(lines: list[str]) -> None:
     for line in lines:
         log.warning(line)
-
-
-# ----------------------------------------------------------------------------------- locks
-class Busy(Exception):
-    """The lock is held by another process, whose id it holds (``holder``)."""
-
-    def __init__(self, holder: str) -> None:
-        super().__init__(holder)
-        self.holder = holder
-
-
-@contextmanager
-def exclusive_lock(path: Path, owner: Path) -> Iterator[None]:
-    """Holds an flock on ``path`` (made if missing, then holding this process's id) for the
-    block. The kernel releases it however the process ends, so a killed process leaves nothing
-    locked. Raises ``Busy`` when another process holds it."""
-    _check_write(path, owner)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            if error.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            raise Busy(os.read(fd, 32).decode(errors="replace").strip() or "?") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        yield
-    finally:
-        os.close(fd)

@@ -25,9 +25,8 @@ from .. import reading
 from ..config import RunConfig, build_config, load_config, merge
 from ..errors import UserError
 from ..files import (
-    Busy,
     check_replaceable,
-    exclusive_lock,
+    link_tree,
     mark_folder,
     move,
     remove_tree,
@@ -36,6 +35,7 @@ from ..files import (
 from ..temporaries import clean_leftovers, fsync_dir
 from . import layout
 from .checkpoints import step_checkpoints
+from .locks import Busy, exclusive_lock
 
 log = logging.getLogger(__name__)
 
@@ -125,14 +125,16 @@ class RunDir:
     def scratch(self) -> Path:
         return self.root / layout.SCRATCH
 
-    def adopt_data(self, scratch: Path) -> None:
+    def adopt_data(self, scratch: Path, owner: Path | None = None) -> None:
         """Moves a binarized training set made in ``scratch`` into place (nothing to do if none
-        was made); memory maps of its files stay valid."""
+        was made); memory maps of its files stay valid. ``owner``: the folder holding both (this
+        one; for a run built in ``.staging``, the run's folder, where ``scratch`` is)."""
         if not scratch.exists():
             return
+        owner = owner or self.root
         self.data.parent.mkdir(parents=True, exist_ok=True)
-        remove_tree(self.data, owner=self.root)
-        move(scratch, self.data, owner=self.root)
+        remove_tree(self.data, owner=owner)
+        move(scratch, self.data, owner=owner)
 
     def has_run(self) -> bool:
         """Whether this folder is a training run (its marker)."""
@@ -292,6 +294,17 @@ class Destination:
     @property
     def staged(self) -> bool:
         return self.current is not self.run
+
+    def take_data(self, scratch: Path) -> None:
+        """Puts the binarized training set into the folder the training writes: the one made in
+        ``scratch`` (moved), or, for a run built aside that reuses the old run's (made from the
+        same data and tokenizers), the old one's files, linked: the old run keeps its own until
+        the swap, and the new run has its own after it (it had none, and lost the old one's)."""
+        if scratch.exists():
+            self.current.adopt_data(scratch, owner=self.run.root)
+        elif self.staged and self.run.data.exists():
+            self.current.data.parent.mkdir(parents=True, exist_ok=True)
+            link_tree(self.run.data, self.current.data, owner=self.run.root)
 
     def checkpoint_saved(self) -> None:
         """The new run has a checkpoint: it may replace the old one."""

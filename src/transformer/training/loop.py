@@ -165,7 +165,7 @@ def _prepare_and_run(
             if resume:
                 run.adopt_data(run.scratch)  # a training set made again for this run
             else:
-                save(data, out.current, run.scratch)
+                save(data, out, run.scratch)
             world.broadcast((data.config, out.current.root, saved[0] if saved else None))
             return run_job(Job(data, out, saved, resume, progress, world, device))
         finally:

@@ -29,7 +29,7 @@ from ..files import remove_tree
 from ..model.build import check_memory
 from ..model_dir.checkpoints import read_config, resolve_checkpoint
 from ..model_dir.layout import export_refusal, folder_kind, model_dir_of
-from ..model_dir.runs import RunDir
+from ..model_dir.runs import Destination, RunDir
 from ..reading import typed
 
 log = logging.getLogger(__name__)
@@ -247,10 +247,12 @@ def _say_what_was_left_out(stats: dict, config: RunConfig, max_len: int, resume:
         )
 
 
-def save(prepared: Prepared, run: RunDir, scratch: Path) -> None:
-    """Writes the tokenizers and the completed config into the run's folder, and moves the
-    binarized training set there from ``scratch`` (its memory maps stay valid)."""
+def save(prepared: Prepared, out: Destination, scratch: Path) -> None:
+    """Writes the tokenizers and the completed config into the folder the run is written in
+    (``out.current``), and puts the binarized training set there (``Destination.take_data``:
+    from ``scratch``, where its memory maps stay valid, or the old run's, reused)."""
+    run = out.current
     run.mark()
     prepared.tokenizers.save(run.root)
-    run.adopt_data(scratch)
+    out.take_data(scratch)
     run.save_config(prepared.config.to_dict())
