@@ -71,6 +71,20 @@ def test_bad_files_are_clear_errors(tmp_path):
         load_config(str(bad))
 
 
+def test_a_bad_value_is_named_by_where_it_came_from(tmp_path):
+    # An option's bad value was blamed on the config file, which did not hold it.
+    config = tmp_path / "c.yaml"
+    config.write_text("train: {max_steps: 0}\n")
+    with pytest.raises(UserError, match=r"c.yaml: TrainConfig.max_steps must be"):
+        load_config(str(config))
+    with pytest.raises(UserError, match=r"^--model.dropout 2.0: ModelConfig.dropout must be"):
+        load_config(str(config), {"train": {"max_steps": 5}, "model": {"dropout": 2.0}})
+    with pytest.raises(UserError, match=r"^--model.n_heads 3: ModelConfig.d_model \(512\) must"):
+        load_config(str(config), {"train": {"max_steps": 5}, "model": {"n_heads": 3}})
+    with pytest.raises(UserError, match=r"^numbers: ModelConfig.dropout must be"):
+        build_config({"model": {"dropout": 2.0}}, "numbers", {"train": {"max_steps": 5}})
+
+
 def test_every_key_belongs_to_one_section():
     # So that a bare --key always names one field.
     from collections import Counter

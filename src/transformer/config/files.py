@@ -42,9 +42,11 @@ def _section_values(values: dict, origin: str) -> dict[str, dict[str, object]]:
     return sections
 
 
-def build_config(values: dict, origin: str = "config") -> RunConfig:
+def build_config(values: dict, origin: str = "config", given: dict | None = None) -> RunConfig:
     """A RunConfig from {section: {key: value}}; ``model.preset`` (default ``base``) picks the
-    ModelConfig the model keys change. Unknown sections and keys are errors that name them."""
+    ModelConfig the model keys change. Unknown sections and keys are errors that name them.
+    ``given``: the {section: {key: value}} among ``values`` that the command line gave; a bad
+    value is named by the option it came from, not by ``origin`` (the file it was not in)."""
     sections = _section_values(values, origin)
     preset = sections["model"].pop("preset", DEFAULT_PRESET)
     try:
@@ -55,8 +57,19 @@ def build_config(values: dict, origin: str = "config") -> RunConfig:
             for name, cls in SECTIONS.items()
         }
     except BadValue as error:
-        raise BadValue(f"{origin}: {error}") from None
+        raise BadValue(f"{_options_named(str(error), given or {}) or origin}: {error}") from None
     return RunConfig(**built)
+
+
+def _options_named(message: str, given: dict) -> str:
+    """The command-line options among the fields a check's message names ("ModelConfig.d_model
+    (128) must be divisible by ModelConfig.n_heads (3)": ``--model.n_heads 3`` if given)."""
+    named = []
+    for name, cls in SECTIONS.items():
+        for key, value in (given.get(name) or {}).items():
+            if f"{cls.__name__}.{key} " in f"{message} " or f"{cls.__name__}.{key}:" in message:
+                named.append(f"--{name}.{key} {value}")
+    return ", ".join(named)
 
 
 def sectioned(keys: dict[str, object]) -> dict[str, dict[str, object]]:
@@ -159,4 +172,4 @@ def load_config(path: str | None = None, overrides: dict | None = None) -> RunCo
         overrides: applied on top, e.g. ``{"train": {"max_steps": 10}}``.
     """
     values = read_yaml(path) if path is not None else {}
-    return build_config(merge(values, overrides or {}), path or "config")
+    return build_config(merge(values, overrides or {}), path or "config", overrides)

@@ -66,7 +66,7 @@ def run_config(
         if out is None:
             raise UserError("--resume needs --out DIR (the run to continue)")
         saved = resumed_config(out).to_dict()
-        built = build_config(merge(saved, given), f"{out} with the options")
+        built = build_config(merge(saved, given), f"{out} with the options", given)
     else:
         built = load_config(config, given)
     return built, Path(out) if out is not None else default_run_folder(built)
