@@ -20,6 +20,8 @@ from PIL import Image
 from transformer import ModelConfig, Transformer
 from transformer.inspect.report import write_html_report
 from transformer.inspect.visualize import (
+    CELL_INCHES,
+    MAX_SIDE_INCHES,
     Panel,
     attention_panels,
     mean_cross_attention_panels,
@@ -159,6 +161,21 @@ def test_a_head_average_figure_and_awkward_labels(maps, tmp_path):
     png, svg = save_panel(odd, tmp_path)
     assert_png(png)
     assert_svg(svg)
+
+
+def test_a_long_sentence_s_heatmap_is_drawn_within_a_bounded_size(tmp_path):
+    # 0.42 in a cell whatever the length: a 401-token sentence's maps were 18,700 pixels square
+    # (652 s and 11.4 GB for its figures); the cells now shrink to fit MAX_SIDE_INCHES.
+    labels = tuple(f"▁w{i}" for i in range(401))
+    long = Panel("encoder", 0, 0, np.full((401, 401), 1 / 401), labels, labels, "long")
+    png, svg = save_panel(long, tmp_path, dpi=110)
+    width, height = Image.open(png).size
+    assert max(width, height) <= 110 * (MAX_SIDE_INCHES + 4), (width, height)
+    assert_svg(svg)
+    assert all(f"w{i}<" in svg.read_text() for i in (0, 200, 400))  # every label kept
+    short = Panel("cross", 0, 0, np.full((4, 5), 0.2), TGT, SRC, "short")
+    png, _ = save_panel(short, tmp_path, dpi=110)
+    assert Image.open(png).size[0] >= 110 * CELL_INCHES * 5  # cells of a short one as before
 
 
 def test_positional_data_follows_the_formula():

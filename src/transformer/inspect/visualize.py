@@ -41,6 +41,11 @@ KIND_TITLES = {
     "cross": "Encoder-decoder attention",
 }
 ANNOTATE_MAX_CELLS = 256  # write the weight in each cell up to 16 x 16 tokens
+CELL_INCHES = 0.42  # a heatmap cell's side, labels at 10 pt: up to 57 tokens a side
+# The heatmap's longest side, inches: above 57 tokens its cells and labels shrink to fit (an
+# SVG zooms back into them). Drawn at 0.42 in, the maps of a 401-token sentence were 18,700
+# pixels square: 652 s and 11.4 GB of memory for the figures of one sentence.
+MAX_SIDE_INCHES = 24.0
 FORMATS = ("png", "svg")
 
 
@@ -202,11 +207,15 @@ def draw_panel(panel: Panel, annotate: bool = True) -> Figure:
     n_queries, n_keys = panel.matrix.shape
     longest_query = max(len(q) for q in panel.query_labels)
     longest_key = max(len(k) for k in panel.key_labels)
-    # Inches: a 10 pt character is about 0.085 in wide; cells are 0.42 in square.
-    left, right, top = 0.55 + 0.085 * longest_query, 1.25, 0.45
-    bottom = 0.5 + 0.085 * longest_key
-    width = max(left + 0.42 * n_keys + right, 0.075 * len(panel.title) + 0.6)
-    height = bottom + 0.42 * n_queries + top
+    # Inches: cells are 0.42 in square, fewer for a long sentence (MAX_SIDE_INCHES), and the
+    # labels' points shrink with them; a 10 pt character is about 0.085 in wide.
+    cell = min(CELL_INCHES, MAX_SIDE_INCHES / max(n_queries, n_keys))
+    points = 10 * cell / CELL_INCHES
+    char = 0.085 * points / 10
+    left, right, top = 0.55 + char * longest_query, 1.25, 0.45
+    bottom = 0.5 + char * longest_key
+    width = max(left + cell * n_keys + right, 0.075 * len(panel.title) + 0.6)
+    height = bottom + cell * n_queries + top
     fig = new_figure(figsize=(width, height))
     ax = fig.add_axes(
         (left / width, bottom / height, 1 - (left + right) / width, 1 - (bottom + top) / height)
@@ -216,8 +225,9 @@ def draw_panel(panel: Panel, annotate: bool = True) -> Figure:
     )
     # One colour scale for every panel, so that heads and layers compare at a glance.
     image = ax.imshow(panel.matrix, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(n_keys), [_text(k) for k in panel.key_labels], rotation=90)
-    ax.set_yticks(range(n_queries), [_text(q) for q in panel.query_labels])
+    ax.set_xticks(range(n_keys), [_text(k) for k in panel.key_labels], rotation=90,
+                  fontsize=points)  # fmt: skip
+    ax.set_yticks(range(n_queries), [_text(q) for q in panel.query_labels], fontsize=points)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     ax.set_title(_text(panel.title), fontsize=10)
