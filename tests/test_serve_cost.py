@@ -175,10 +175,10 @@ def test_a_glossary_is_counted_with_the_room_its_terms_make(engine, long_prefix)
     assert measured > without.tokens  # what the budget would have counted without the terms
 
 
-def test_a_glossary_of_many_terms_is_counted_with_the_search_work_they_make(engine, monkeypatch):
-    # Six terms a sentence, beam 4, outputs forced to the limit: the constrained search advances
-    # every term of every candidate at every step, work that grows with the square of the terms.
-    updates = []
+def term_updates(monkeypatch) -> list[int]:
+    """The terms each ``TermState.advance`` call updates, one entry a call, from now on: the
+    constrained search's work, which the budget counts beside the model's tokens."""
+    updates: list[int] = []
     advance = TermState.advance
 
     def counted(state, token):
@@ -186,6 +186,13 @@ def test_a_glossary_of_many_terms_is_counted_with_the_search_work_they_make(engi
         return advance(state, token)
 
     monkeypatch.setattr(TermState, "advance", counted)
+    return updates
+
+
+def test_a_glossary_of_many_terms_is_counted_with_the_search_work_they_make(engine, monkeypatch):
+    # Six terms a sentence, beam 4, outputs forced to the limit: the constrained search advances
+    # every term of every candidate at every step, work that grows with the square of the terms.
+    updates = term_updates(monkeypatch)
     words = ["one", "two", "three", "four", "five", "six"]
     sentences = [" ".join(words)] * 8
     body = {"sentences": sentences, "beam_size": 4, "min_len": 47,
@@ -206,14 +213,7 @@ def test_a_glossary_of_many_terms_is_counted_with_the_search_work_they_make(engi
 def test_a_document_s_glossary_is_counted_with_its_sentences_and_their_scoring(engine, monkeypatch):
     # A glossary with documents and jsonl: the sentences the segmenter finds are searched with
     # the terms' work, then scored (one pass more); the budget counts all of it.
-    updates = []
-    advance = TermState.advance
-
-    def counted(state, token):
-        updates.append(len(state.terms))
-        return advance(state, token)
-
-    monkeypatch.setattr(TermState, "advance", counted)
+    updates = term_updates(monkeypatch)
     words = ["one", "two", "three", "four", "five", "six"]
     targets = ["un", "deux", "trois", "quatre", "cinq", "six"]
     sentence = " ".join(words) + "."
