@@ -203,6 +203,22 @@ def test_import_then_export_gives_back_the_same_weights(imported, tmp_path, caps
             )
 
 
+def test_evaluating_an_import_without_a_test_set_asks_for_one(imported, tmp_path, capsys):
+    # An import has no corpus of its own: evaluate said "no training data: set data.corpus".
+    _, out, shape = imported
+    language = ["--target_language", shape.languages[0]] if shape.languages else []
+    for engine in ("torch", "ctranslate2"):
+        code, stdout, err = cli(["evaluate", str(out), "--engine", engine, *language], capsys)
+        assert code == 2 and stdout == "" and err.count("\n") == 1, err
+        assert f"{out} has no test split of its own" in err and "--src and --ref" in err, err
+    (tmp_path / "src.txt").write_text("one\n")
+    (tmp_path / "ref.txt").write_text("un\n")
+    src, ref, hyp = (str(tmp_path / name) for name in ("src.txt", "ref.txt", "hyp"))
+    code, stdout, err = cli(["evaluate", str(out), "--src", src, "--ref", ref, "-o", hyp,
+                             *language], capsys)  # fmt: skip
+    assert code == 0 and stdout.startswith("BLEU"), err
+
+
 # --- bad input: one line, exit code 2, nothing written ----------------------------------------
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:

@@ -25,6 +25,7 @@ from ..data.corpora import load_splits
 from ..data.readers import decoded_lines, read_lines, read_parallel
 from ..errors import UserError
 from ..files import STDOUT, atomic_write, check_output
+from ..model_dir.layout import model_dir_of
 from .alignment import pharaoh
 from .engine import Engine
 from .evaluate import (
@@ -263,7 +264,12 @@ def evaluate(
             if not any(pair[side].strip() for pair in pairs):
                 raise UserError(f"nothing to evaluate: every line of {path} is blank")
     else:
-        splits = load_splits(engine.config.data)
+        data = engine.config.data
+        if data.corpus is None and data.src is None:  # an import: "no training data" said
+            raise UserError(f"{model_dir_of(engine.path)} has no test split of its own (its "
+                            "config names no corpus and no training files): pass --src and "
+                            "--ref")  # fmt: skip
+        splits = load_splits(data)
         pairs, groups, note = splits.test, splits.test_groups, splits.test_note
         if not pairs:
             raise UserError("the run's corpus has no test split; pass --src and --ref")
