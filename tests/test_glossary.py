@@ -12,12 +12,15 @@ import pytest
 import torch
 
 from transformer.config import DecodeConfig
+from transformer.data.batching import encode_source
 from transformer.data.tokenizer import Tokenizers
 from transformer.errors import UserError
 from transformer.inference.beam import beam_search
 from transformer.inference.constrained_beam import constrained_beam_search
 from transformer.inference.constraints import TermState, allocate
+from transformer.inference.documents import fit
 from transformer.inference.glossary import Glossary
+from transformer.inference.texts import translate_texts
 from transformer.inference.translate import translate_ids
 from transformer.model_dir.checkpoints import read_config
 from transformer.vocab import EOS_ID
@@ -359,6 +362,27 @@ def test_no_room_for_a_document_s_terms_is_said_for_its_line(numbers_model, tmp_
     assert [bool(s.get("missing_terms")) for s in found] == [False, False, True]
     assert [line for line in done.stderr if "line 3" in line and "lacks" in line], done.stderr
     assert not [line for line in done.stderr if "lacks" in line and "line 3" not in line]
+
+
+def test_a_term_the_split_of_a_long_sentence_goes_through_is_reported_missing(torch_engine):
+    # A sentence too long for the model is translated in parts; a term whose words the split
+    # separates is in no part, so no search was given it: it was neither enforced nor reported.
+    tokenizer, limit = torch_engine.tokenizers.src, torch_engine.model.config.max_positions
+    words = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+             "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+             "eighteen", "nineteen", "twenty", "thirty", "forty"]  # fmt: skip
+    sentence = " ".join(words * 3)
+    fitted = fit(sentence, lambda text: len(encode_source(tokenizer.encode(text))), limit)
+    assert len(fitted.parts) > 1, "the sentence must be too long for the model"
+    term = f"{fitted.parts[0].split()[-1]} {fitted.parts[1].split()[0]}"
+    glossary = Glossary.of([[term, "septante"]])
+    found = translate_texts(torch_engine, [sentence], document=True, glossary=glossary)
+    (out,) = found.texts[0].sentences
+    assert out.split and "septante" in (out.missing_terms or []), out
+    assert out.text.count("septante") < sentence.count(term)
+    whole = translate_texts(torch_engine, ["four five."], document=True,
+                            glossary=Glossary.of([["four five", "septante"]]))  # fmt: skip
+    assert whole.texts[0].sentences[0].missing_terms is None  # a sentence not split: enforced
 
 
 # --- over HTTP ---------------------------------------------------------------------------------

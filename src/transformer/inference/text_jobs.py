@@ -132,13 +132,15 @@ def _warn_splits(found: TextsResult, limit: int, warn: Callable[[str], None]) ->
 
 
 def _warn_missing(sentences: list[SentenceOut], before: int, warn: Callable[[str], None]) -> None:
-    """A warning for each sentence whose translation lacks a glossary term (``before``: the
-    lines before its text)."""
+    """A warning for each sentence whose translation lacks a glossary term, left without room or
+    cut through by the split of a sentence too long for the model (``before``: the lines
+    before its text)."""
     for s in sentences:
         if s.missing_terms:
             terms = ", ".join(repr(term) for term in s.missing_terms)
             warn(f"line {before + s.line}: the translation lacks the glossary's {terms}: the "
-                 "length limit left no room")  # fmt: skip
+                 "length limit left no room, or the sentence was cut to fit the model through "
+                 "the term")  # fmt: skip
 
 
 def _json(value: dict) -> str:

@@ -34,6 +34,7 @@ from .alignment import pharaoh
 from .confidence import Confidence, Word, check_threshold, confidences, flagged
 from .documents import Document, Fitted, fit, read_document
 from .glossary import Glossary
+from .joined import joined_alignment, joined_confidence, joined_links, split_through
 from .markup import MARKUPS, MarkupError
 from .markup_segments import Marked, read_marked
 from .translate import Translation, TranslationResult
@@ -149,10 +150,12 @@ def put_back(
     found: list[Confidence] | None = None,
     flag_below: float | None = None,
     alignment: bool = True,
+    glossary: Glossary | None = None,
 ) -> list[TextOut]:
     """The parts' translations (``result``, in ``p.parts``'s order, with their confidences
     ``found`` when scored) as sentences, paragraphs and texts; a marked-up text's with its
-    tags put back (and its word alignments kept only with ``alignment``)."""
+    tags put back (and its word alignments kept only with ``alignment``). ``glossary``: the
+    one the parts were translated with, for the terms a split went through."""
     best = [options[0] if options else Translation("", 0.0, []) for options in result.nbest]
     truncated = set(result.truncated)
     outs, k = [], 0
@@ -165,12 +168,15 @@ def put_back(
         for source, line, f in zip(sources, lines, p.fitted[t], strict=True):
             n = len(f.parts)
             parts = best[k : k + n]
-            conf = _joined_confidence(found[k : k + n]) if found is not None else None
+            conf = joined_confidence(found[k : k + n]) if found is not None else None
             missing = [term for i in range(k, k + n) for term in result.unmet.get(i, [])]
+            if glossary is not None and n > 1:
+                cut = split_through(glossary, source, f.parts, [x.text for x in parts])
+                missing += [term for term in cut if term not in missing]
             out = SentenceOut(source, " ".join(x.text for x in parts if x.text),
                               sum(x.score for x in parts), line, conf,
-                              _joined_alignment(f.parts, parts), f.how,
-                              _joined_alignment(f.parts, parts, "best_targets"),
+                              joined_alignment(f.parts, parts), f.how,
+                              joined_alignment(f.parts, parts, "best_targets"),
                               missing_terms=missing or None)  # fmt: skip
             if flag_below is not None and conf is not None:
                 out.text = flagged(out.text, conf.words, flag_below)
@@ -227,40 +233,12 @@ def _joined_sentence(blocks: list[SentenceOut]) -> SentenceOut:
         return blocks[0]
     sources, texts = [s.plain[0] for s in blocks], [s.plain[1] for s in blocks]
     found = [s.confidence for s in blocks]
-    conf = _joined_confidence(found) if all(c is not None for c in found) else None
-    links = _joined_links(sources, texts, [s.alignment for s in blocks])
+    conf = joined_confidence(found) if all(c is not None for c in found) else None
+    links = joined_links(sources, texts, [s.alignment for s in blocks])
     plain = (" ".join(x for x in sources if x), " ".join(x for x in texts if x))
     missing = [term for s in blocks for term in s.missing_terms or []]
     return SentenceOut(plain[0], plain[1], sum(s.score for s in blocks), 1, conf, links,
                        plain=plain, missing_terms=missing or None)  # fmt: skip
-
-
-def _joined_confidence(parts: list[Confidence]) -> Confidence:
-    words = [w for c in parts for w in c.words]
-    return Confidence(sum(c.log_prob for c in parts), words)
-
-
-def _joined_alignment(
-    sources: list[str], parts: list[Translation], field: str = "alignment"
-) -> list[tuple[int, int]] | None:
-    """The parts' alignments (or ``best_targets``) as one: each part's words counted after the
-    earlier parts'."""
-    return _joined_links(sources, [x.text for x in parts], [getattr(x, field) for x in parts])
-
-
-def _joined_links(
-    sources: list[str], targets: list[str], found: list[list[tuple[int, int]] | None]
-) -> list[tuple[int, int]] | None:
-    """Word links of (source, target) pairs as links of the pairs joined: each pair's words
-    counted after the earlier pairs'; None when a pair has none."""
-    if any(links is None for links in found):
-        return None
-    links, src_at, tgt_at = [], 0, 0
-    for source, target, mine in zip(sources, targets, found, strict=True):
-        links += [(i + src_at, j + tgt_at) for i, j in mine]
-        src_at += len(source.split())
-        tgt_at += len(target.split())
-    return links
 
 
 @dataclass
@@ -324,7 +302,7 @@ def translate_texts(
     found = None
     if confidence or flag_below is not None:
         found = confidences(engine, engine.tokenizers, p.parts, _tokens(result))
-    return TextsResult(put_back(p, result, found, flag_below, d.alignment), p.splits)
+    return TextsResult(put_back(p, result, found, flag_below, d.alignment, glossary), p.splits)
 
 
 def plan_for(engine, texts: list[str], document: bool, markup: str = "text") -> Plan:

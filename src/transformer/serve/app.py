@@ -179,7 +179,7 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
             served.batcher.call,
             lambda parts, search, rerun, forced: _check_search(served, parts, forced, search,
                                                                rerun, glossary),
-            markup,
+            markup, glossary,
         )  # fmt: skip
         return TranslateResponse(translations=[SentenceTranslation(**f) for f in found],
                                  time_ms=(time.perf_counter() - start) * 1000,

@@ -21,6 +21,7 @@ from ..config import DecodeConfig
 from ..errors import UserError
 from ..inference.confidence import confidences
 from ..inference.engine import Engine
+from ..inference.glossary import Glossary
 from ..inference.markup import MarkupError
 from ..inference.search import Stopped
 from ..inference.texts import Plan, TextOut, aligned, check_options, plan_for, put_back, record
@@ -87,6 +88,7 @@ async def translate_texts_request(
     call_job: Callable[[Callable[[Stopped], Any]], Future],
     check_cost: Callable[[list[str], DecodeConfig, int, list[str] | None], None],
     markup: str = "text",
+    glossary: Glossary | None = None,
 ) -> tuple[list[dict], int]:
     """The texts translated (``put_back``) as dicts of SentenceTranslation's fields, and the
     batch's sentence count. ``queue(job, abandon=None)`` waits for a job (app.py's ``answer``):
@@ -95,7 +97,8 @@ async def translate_texts_request(
     ``translate_job(parts, search, prefixes)`` and ``call_job(function)`` make one (the
     batcher's); ``check_cost(parts, search, rerun, prefixes)`` refuses what is over the server's
     budget, ``rerun`` being the passes over each translation after the search (the words'
-    probabilities). ``prefixes``: one per part (``Plan.part_prefixes``)."""
+    probabilities). ``prefixes``: one per part (``Plan.part_prefixes``). ``glossary``: the one
+    ``translate_job`` searches with, for the terms a split sentence lacks."""
     check_request(decode, document, jsonl, flag_below is not None, prefixes, markup)
 
     def planned() -> Plan:
@@ -115,7 +118,7 @@ async def translate_texts_request(
         tokens = [o[0].tokens if o else [] for o in batched.result.nbest]
         found = await queue(lambda: call_job(
             lambda _: confidences(engine, engine.tokenizers, p.parts, tokens)))  # fmt: skip
-    outs = put_back(p, batched.result, found, flag_below, decode.alignment)
+    outs = put_back(p, batched.result, found, flag_below, decode.alignment, glossary)
     return [_fields(t, jsonl) for t in outs], batched.batch_sentences
 
 
