@@ -225,20 +225,27 @@ def test_greedy_equals_ours_on_trained_models(which, request):
 
 
 @needs_ct2
-def test_beam_4_agrees_on_95_percent_and_bleu_within_0_2(translating_model):
+def test_beam_4_agrees_on_95_percent_and_where_not_ctranslate2_stopped_first(translating_model):
     sources, references = split_sources(translating_model, 200)
     assert len(sources) == 200
     ours = load_torch_engine(translating_model, beam_size=4, nbest=4).translate(sources)
     theirs = load_ctranslate2(translating_model, beam_size=4, nbest=4).translate(sources)
     same = [a[0].tokens == b[0].tokens for a, b in zip(ours.nbest, theirs.nbest, strict=True)]
     assert sum(same) >= 0.95 * len(sources), f"{sum(same)} of {len(sources)} equal"
-    bleu_ours = score_translations(ours.best, references)[0].score
-    bleu_theirs = score_translations(theirs.best, references)[0].score
-    assert abs(bleu_ours - bleu_theirs) <= 0.2, (bleu_ours, bleu_theirs)
-    # Re-ranked by GNMT, the scores of equal hypotheses are ours.
+    # Re-ranked by GNMT, the scores of equal hypotheses are ours; where the two differ, the
+    # arithmetic being the same, it is CTranslate2 that stopped first (patience: the module's
+    # docstring), with a worse hypothesis, never a better one. (A demo model trained by one
+    # `make demo` gave 198 of 200 equal, both others CTranslate2's "quatre-" for
+    # "quatre-vingt(s)" at -3.8 and -4.6 against ours at -0.7 and -0.4: BLEU 99.63 against
+    # 99.90, which a bound of 0.2 either way called a failure.)
     for a, b in zip(ours.nbest, theirs.nbest, strict=True):
         if a[0].tokens == b[0].tokens:
             assert b[0].score == pytest.approx(a[0].score, abs=0.05)
+        else:
+            assert a[0].score >= b[0].score - 0.05, (a[0].text, a[0].score, b[0].text, b[0].score)
+    bleu_ours = score_translations(ours.best, references)[0].score
+    bleu_theirs = score_translations(theirs.best, references)[0].score
+    assert bleu_ours >= bleu_theirs - 0.2, (bleu_ours, bleu_theirs)
 
 
 @pytest.mark.slow
