@@ -171,7 +171,7 @@ def _check_not_in(target: Path, what: str, name: str, path: Path) -> None:
                         f"{what.split()[0]} outside it")  # fmt: skip
 
 
-def _check_write(path: Path, owner: Path | None) -> None:
+def check_write(path: Path, owner: Path | None) -> None:
     """The rule at the moment of writing: a write that names no ``owner`` lands in no project
     folder (whatever its caller checked before); one that does lands inside its owner."""
     if owner is None:
@@ -217,7 +217,7 @@ def atomic_write(path: str | Path, mode: str = "w", owner: Path | None = None) -
     path = Path(os.path.realpath(path))  # a link to a file stays a link: its target is replaced
     if path.exists() and not path.is_file():
         raise UserError(f"{path} is {_file_type(path.stat().st_mode)}; it is not replaced")
-    _check_write(path, owner)
+    check_write(path, owner)
     _warn(clean_leftovers(path.parent, path.name))
     part = temporary(path, "tmp")
     binary = "b" in mode
@@ -261,7 +261,7 @@ def open_log(path: Path, owner: Path, fresh: bool = False) -> IO[str]:
     first). A log grows line by line, so it is not atomic: a crash keeps the lines written."""
     if path.exists() and not path.is_file():
         raise UserError(f"{path} is {_file_type(path.stat().st_mode)}; no log is written there")
-    _check_write(path, owner)
+    check_write(path, owner)
     return open(path, "w" if fresh else "a", encoding="utf-8")  # noqa: SIM115 (the caller closes)
 
 
@@ -302,7 +302,7 @@ def built_aside(out: Path, owner: Path | None = None) -> Iterator[Path]:
         owner: the project folder it lies in (a checkpoint in its run), or None.
     """
     out = Path(out)
-    _check_write(out, owner)
+    check_write(out, owner)
     _warn(clean_leftovers(out.parent, out.name))
     out.parent.mkdir(parents=True, exist_ok=True)
     staging, aside = temporary(out, "tmp"), temporary(out, "old")
@@ -348,7 +348,7 @@ def remove_tree(path: Path, owner: Path) -> None:
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         return
-    _check_write(path, owner)
+    check_write(path, owner)
     trash = temporary(path, "trash")
     delete(trash)
     os.rename(path, trash)
@@ -358,8 +358,8 @@ def remove_tree(path: Path, owner: Path) -> None:
 def move(source: Path, destination: Path, owner: Path) -> None:
     """Renames ``source`` to ``destination`` (a missing name, or an empty folder), both in the
     project folder ``owner``: atomic, within one file system."""
-    _check_write(source, owner)
-    _check_write(destination, owner)
+    check_write(source, owner)
+    check_write(destination, owner)
     os.rename(source, destination)
 
 
@@ -367,7 +367,7 @@ def link_tree(source: Path, destination: Path, owner: Path) -> None:
     """Makes the new folder ``destination`` (in the project folder ``owner``) hold hard links
     to the files of the folder ``source``: the same files, not copies (a copy where the file
     system cannot link), so that removing either folder later leaves the other whole."""
-    _check_write(destination, owner)
+    check_write(destination, owner)
     destination.mkdir(parents=True)
     for path in sorted(source.iterdir()):
         if path.is_dir():

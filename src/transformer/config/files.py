@@ -10,6 +10,7 @@ section that is not a mapping is an error naming the section and the file.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -64,12 +65,12 @@ def build_config(values: dict, origin: str = "config", given: dict | None = None
 def _options_named(message: str, given: dict) -> str:
     """The command-line options among the fields a check's message names ("ModelConfig.d_model
     (128) must be divisible by ModelConfig.n_heads (3)": ``--model.n_heads 3`` if given)."""
-    named = []
-    for name, cls in SECTIONS.items():
-        for key, value in (given.get(name) or {}).items():
-            if f"{cls.__name__}.{key} " in f"{message} " or f"{cls.__name__}.{key}:" in message:
-                named.append(f"--{name}.{key} {value}")
-    return ", ".join(named)
+    return ", ".join(
+        f"--{name}.{key} {value}"
+        for name, cls in SECTIONS.items()
+        for key, value in (given.get(name) or {}).items()
+        if re.search(rf"\b{cls.__name__}\.{key}\b", message)
+    )
 
 
 def sectioned(keys: dict[str, object]) -> dict[str, dict[str, object]]:

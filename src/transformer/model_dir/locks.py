@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..files import _check_write
+from ..files import check_write
 
 
 class Busy(Exception):
@@ -28,7 +28,7 @@ def exclusive_lock(path: Path, owner: Path) -> Iterator[None]:
     """Holds an flock on ``path`` (made if missing, then holding this process's id) for the
     block. The kernel releases it however the process ends, so a killed process leaves nothing
     locked. Raises ``Busy`` when another process holds it."""
-    _check_write(path, owner)
+    check_write(path, owner)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:

@@ -303,7 +303,6 @@ class Destination:
         if scratch.exists():
             self.current.adopt_data(scratch, owner=self.run.root)
         elif self.staged and self.run.data.exists():
-            self.current.data.parent.mkdir(parents=True, exist_ok=True)
             link_tree(self.run.data, self.current.data, owner=self.run.root)
 
     def checkpoint_saved(self) -> None:

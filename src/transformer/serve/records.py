@@ -35,7 +35,9 @@ class SentenceRecord(BaseModel):
                                      "tags, as the model read it")  # fmt: skip
     plain_text: str | None = Field(None, description=PLAIN_TEXT)
     missing_terms: list[str] | None = Field(None, description="with a glossary: its target terms "
-                                            "the length limit left no room for")  # fmt: skip
+                                            "that the translation lacks: the length limit left "
+                                            "no room, or the split of a sentence too long for "
+                                            "the model went through them")  # fmt: skip
 
 
 class ParagraphRecord(BaseModel):

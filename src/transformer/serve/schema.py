@@ -68,8 +68,9 @@ class SentenceTranslation(BaseModel):
                             "only its beginning was translated")  # fmt: skip
     alignment: str | None = Field(None, description=ALIGNMENT)
     missing_terms: list[str] | None = Field(None, description="with a glossary: its target terms "
-                                            "that the translation lacks, the length limit having "
-                                            "left no room for them")  # fmt: skip
+                                            "that the translation lacks: the length limit left "
+                                            "no room, or the split of a sentence too long for "
+                                            "the model went through them")  # fmt: skip
     log_prob: float | None = Field(None, description="with output_format jsonl: log P("
                                    "translation + </s> | source)")  # fmt: skip
     words: list[WordProb] | None = Field(None, description=WORDS)
