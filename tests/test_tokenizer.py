@@ -116,9 +116,28 @@ def test_too_large_vocab_gives_a_smaller_one_quietly(capfd):
     assert capfd.readouterr().err == ""  # no SentencePiece log on stderr
 
 
-def test_too_small_vocab_is_a_clear_error():
-    with pytest.raises(UserError, match="vocab_size=10 .*Vocabulary size is smaller"):
+def test_too_small_vocab_is_a_clear_error_naming_the_size_the_characters_need():
+    # one piece per distinct character, one for the word boundary ▁, and the 4 special pieces
+    characters = {c for src, tgt in PAIRS for c in src + tgt if c != " "}
+    needed = len(characters) + 1 + 4
+    expected = rf"vocab_size=10 .* need {needed} pieces .* least {needed}, or lower data.char"
+    with pytest.raises(UserError, match=expected):
         Tokenizers.train(PAIRS, replace(DATA, vocab_size=10))
+    assert Tokenizers.train(PAIRS, replace(DATA, vocab_size=needed)).src.vocab_size >= needed
+
+
+@pytest.mark.parametrize(("field", "value"), [("vocab_size", 4), ("character_coverage", 0.9)])
+def test_values_sentencepiece_refuses_are_refused_by_the_config(field, value):
+    # SentencePiece's own refusals were its C++ condition ("insert_id(...)", "coverage >= 0.98")
+    with pytest.raises(ValueError, match=f"DataConfig.{field} must be"):
+        replace(DATA, **{field: value})
+    with pytest.raises(RuntimeError, match="trainer_interface"):  # why: SentencePiece's range
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(ENGLISH),
+            model_writer=io.BytesIO(),
+            minloglevel=2,
+            **{"vocab_size": 30, "character_coverage": 1.0, field: value},
+        )
 
 
 def test_load_errors_name_the_folder_or_file(tmp_path):

@@ -16,6 +16,8 @@ from .checks import (
 from .model import SIZE_LIMITS
 
 TOKENIZER_KINDS = ("bpe", "unigram")
+MIN_VOCAB = 5  # SentencePiece's 4 special pieces (pad, unk, bos, eos) and one character
+MIN_COVERAGE = 0.98  # SentencePiece refuses a character_coverage below this
 NUMBERS_LIMIT = 10_000_000  # examples in a split of the numbers corpus: 100 times the default
 
 
@@ -54,14 +56,14 @@ class DataConfig:
     tokenizer: str = "bpe"
     """SentencePiece model type: "bpe" or "unigram"."""
     vocab_size: int = 8000
-    """Per vocabulary (joint: for both languages); at most 1,048,576."""
+    """Per vocabulary (joint: for both languages); 5 to 1,048,576."""
     tokenizer_sample: int = 1_000_000
     """Pairs SentencePiece trains on at most, drawn at random (split_seed) from the training
     pairs: memory stays bounded however large the corpus."""
     joint_vocab: bool = True
     """One SentencePiece model for both languages."""
     character_coverage: float = 1.0
-    """Share of characters SentencePiece must cover, in (0, 1]."""
+    """Share of characters SentencePiece must cover, in [0.98, 1] (SentencePiece's range)."""
     verify_checksums: bool = True
     """Refuse a downloaded corpus file whose SHA-256 has changed."""
     numbers_max: int = 999_999
@@ -88,7 +90,9 @@ class DataConfig:
                            f"{self.numbers_test!r}")  # fmt: skip
         check_seeds(self, "split_seed")
         check_probability(self, "valid_fraction", "test_fraction")
-        if not 0.0 < self.character_coverage <= 1.0:
-            raise BadValue(
-                f"DataConfig.character_coverage must be in (0, 1], got {self.character_coverage!r}"
-            )
+        if self.vocab_size < MIN_VOCAB:
+            raise BadValue(f"DataConfig.vocab_size must be at least {MIN_VOCAB} (the 4 special "
+                           f"pieces and one character), got {self.vocab_size!r}")  # fmt: skip
+        if not MIN_COVERAGE <= self.character_coverage <= 1.0:
+            raise BadValue(f"DataConfig.character_coverage must be in [{MIN_COVERAGE}, 1] "
+                           f"(SentencePiece's range), got {self.character_coverage!r}")  # fmt: skip

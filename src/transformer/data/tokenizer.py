@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,12 +133,23 @@ def train_sentencepiece(sentences: list[str], data: DataConfig) -> Tokenizer:
             minloglevel=2,  # errors only: SentencePiece logs every training step otherwise
         )
     except RuntimeError as error:
-        reason = str(error).rsplit("]", 1)[-1].strip() or "no usable sentences"
-        raise UserError(
-            f"SentencePiece could not train a {data.tokenizer} vocabulary of "
-            f"vocab_size={data.vocab_size} on {len(sentences)} sentences: {reason}"
-        ) from None
+        raise UserError(_why_not(str(error), data, len(sentences))) from None
     return Tokenizer(model.getvalue())
+
+
+def _why_not(error: str, data: DataConfig, n_sentences: int) -> str:
+    """SentencePiece's refusal in this project's words (its own names the C++ condition and
+    its command-line flags)."""
+    what = (f"SentencePiece could not train a {data.tokenizer} vocabulary of "
+            f"vocab_size={data.vocab_size} on {n_sentences:,} sentences")  # fmt: skip
+    too_small = re.search(r"required_chars\. (\d+) vs (\d+)", error)
+    if too_small:
+        needed = int(too_small.group(2))
+        return (f"{what}: the text's characters and the 4 special pieces need {needed:,} pieces "
+                f"(character_coverage={data.character_coverage}); raise data.vocab_size to at "
+                f"least {needed:,}, or lower data.character_coverage (down to 0.98)")  # fmt: skip
+    condition, _, message = error.partition("] ")
+    return f"{what}: {message.strip() or condition.rsplit('[', 1)[-1]}"
 
 
 AnyTokenizer = Tokenizer | VocabTokenizer
