@@ -267,6 +267,20 @@ def test_training_without_validation_pairs_is_refused(tmp_path, capsys, too_long
     assert not (tmp_path / "run").exists()
 
 
+def test_shared_embeddings_over_two_vocabularies_are_refused(tmp_path, capsys):
+    """Two SentencePiece models of the same size trained, with source piece i and target piece
+    i (unrelated) sharing one embedding row; sizes that differed were already an error."""
+    src, tgt = reverse_files(tmp_path, 40, seed=0)  # the same letters: the same vocabulary size
+    options = ["--src", str(src), "--tgt", str(tgt), "--preset", "tiny", "--vocab_size", "20",
+               "--max_steps", "1", "--out", str(tmp_path / "run"), "--quiet",
+               "--share_embeddings", "true"]  # fmt: skip
+    code, err = run_cli(["train", *options, "--joint_vocab", "false"], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "model.share_embeddings needs data.joint_vocab: true" in err, err
+    assert not (tmp_path / "run").exists()
+    assert run_cli(["train", *options], capsys)[0] == 0  # one vocabulary: shared
+
+
 def test_a_new_run_takes_its_first_step_whatever_its_time_limit(tmp_path):
     """A limit of 1e-320 minutes ended the run at step 0, leaving a model folder without a
     checkpoint and exit 0."""

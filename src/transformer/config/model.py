@@ -76,7 +76,7 @@ class ModelConfig:
     layer_norm_eps: float = 1e-5
     """The ε of layer normalisation; above 0 and below 1."""
     share_embeddings: bool = False
-    """One embedding table for source and target (needs one vocab)."""
+    """One embedding table for source and target (needs data.joint_vocab: true)."""
     tie_output: bool = True
     """Output projection reuses the target embedding matrix (§3.4)."""
     output_bias: bool = False

@@ -125,6 +125,12 @@ def prepare(config: RunConfig, run: RunDir, resume: bool) -> Prepared:
         model, tokenizers = starting_point(config)
         config = replace(config, model=model)
     else:
+        if config.model.share_embeddings and not config.data.joint_vocab:
+            raise UserError(
+                "model.share_embeddings needs data.joint_vocab: true: two SentencePiece models "
+                "number their pieces each in its own order, so one table would give unrelated "
+                "source and target pieces the same row"
+            )
         sample = reservoir(splits.train, config.data.tokenizer_sample, config.data.split_seed)
         if not sample:
             raise UserError(f"no training pairs in {splits.source}")
