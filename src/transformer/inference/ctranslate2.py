@@ -76,6 +76,7 @@ from ..model_dir.layout import model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .alignment import NO_MASKING
 from .glossary import NO_CONSTRAINED_SEARCH
+from .inputs import search_of
 from .parallel import DecodeThreads
 from .score import ScoreResult, score_with
 from .search import Hypothesis, Stopped, gnmt_length_penalty, output_length_limits
@@ -165,7 +166,7 @@ class CTranslate2Engine:
         CTranslate2 has no constrained search."""
         if glossary:
             raise UserError(NO_CONSTRAINED_SEARCH)
-        d = (decode or self.decode).sized_for(self.config.model)
+        d = search_of(decode, self.decode).sized_for(self.config.model)
         limit = self.config.model.max_positions
         tokenizers = tokenizers_for(self.tokenizers, self.decode, d)
         return translate_with(lambda ids, forced, left, _: self.search_ids(ids, d, forced, left),
@@ -175,7 +176,7 @@ class CTranslate2Engine:
         self, sources: list[str], targets: list[str], decode: DecodeConfig | None = None
     ) -> ScoreResult:
         """Each target's log-probability given its source, by CTranslate2's ``score_batch``."""
-        d = (decode or self.decode).sized_for(self.config.model)
+        d = search_of(decode, self.decode).sized_for(self.config.model)
 
         def run(src: list[list[int]], tgt: list[list[int]]) -> list[float]:
             source = [[self._src_pieces[i] for i in ids] for ids in src]
@@ -218,7 +219,7 @@ class CTranslate2Engine:
             kept = self.search_ids([sentences[i] for i in keep], decode, forced)
             found = dict(zip(keep, kept, strict=True))
             return [found.get(i, []) for i in range(len(sentences))]
-        d = (decode or self.decode).sized_for(self.config.model)
+        d = search_of(decode, self.decode).sized_for(self.config.model)
         heads = self.config.model.n_heads
         if d.alignment and d.alignment_method == "masking":
             raise UserError(f"alignment_method {d.alignment_method}: {NO_MASKING}")

@@ -29,6 +29,7 @@ from ..model_dir.checkpoints import load_checkpoint
 from ..model_dir.layout import model_dir_of
 from .compiled import compile_decoding
 from .glossary import Glossary, glossary_of
+from .inputs import search_of
 from .next_tokens import BLOCK
 from .parallel import decode_threads
 from .score import ScoreResult, score_ids, score_with
@@ -87,7 +88,7 @@ class TorchEngine:
         outputs; ``stopped(i)``: nobody waits for sentence i any more, its search ends at the
         next step; ``glossary`` (a ``Glossary`` or (source, target) pairs): terms the outputs
         must contain (glossary.py)."""
-        d = (decode or self.decode).sized_for(self.model.config)
+        d = search_of(decode, self.decode).sized_for(self.model.config)
         threads = decode_threads(self.runtime, next(self.model.parameters()).device)
         with self.precision():
             tokenizers = tokenizers_for(self.tokenizers, self.decode, d)
@@ -99,7 +100,7 @@ class TorchEngine:
     ) -> ScoreResult:
         """The model's log-probability of each target given its source (score.py);
         ``decode`` gives the length penalty and the batch limits."""
-        d = (decode or self.decode).sized_for(self.model.config)
+        d = search_of(decode, self.decode).sized_for(self.model.config)
 
         def run(src: list[list[int]], tgt: list[list[int]]) -> list[float]:
             return score_ids(self.model, src, tgt, d.max_source_tokens, d.batch_size)

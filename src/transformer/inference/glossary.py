@@ -27,6 +27,7 @@ from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..reading import read_bytes
 from ..vocab import UNK_ID
+from .inputs import check_texts
 
 MAX_BYTES = 16 * 2**20  # a terminology list of 100,000 entries is about 4 MB
 NO_CONSTRAINED_SEARCH = ("the ctranslate2 engine has no constrained search, so it cannot "
@@ -71,9 +72,10 @@ class Glossary:
         ``origin.i`` in messages."""
         entries = []
         for i, pair in enumerate(pairs):
-            pair = tuple(pair)
+            pair = () if isinstance(pair, (str, bytes)) else tuple(pair)  # "ab" is no pair
             if len(pair) != 2 or not all(isinstance(side, str) for side in pair):
                 raise UserError(f"{origin}.{i}: a term is a pair of strings [source, target]")
+            check_texts(pair, f"{origin}.{i}")  # no lone surrogate
             entries.append((pair[0], pair[1], f"{origin}.{i}"))
         return cls._checked(entries)
 
@@ -129,6 +131,9 @@ def glossary_of(value: Glossary | Iterable[Iterable[str]] | None) -> Glossary | 
     or None (an empty list is None too)."""
     if value is None or isinstance(value, Glossary):
         return value
+    if isinstance(value, (str, bytes, Path)):  # a file's name: its characters are no pairs
+        raise TypeError(f"glossary must be a Glossary (Glossary.read(path) for a file) or "
+                        f"(source, target) pairs, got {type(value).__name__}")  # fmt: skip
     pairs = list(value)
     return Glossary.of(pairs) if pairs else None
 

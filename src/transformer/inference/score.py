@@ -32,6 +32,7 @@ from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..model.base import EncoderDecoder
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
+from .inputs import check_texts
 from .search import check_scores, evaluating, gnmt_length_penalty
 
 # (source ids (pieces + EOS), target ids (pieces)) -> log P(target + EOS | source) per pair
@@ -143,6 +144,8 @@ def score_with(
             with more than max_positions - 1 pieces is an error.
         length_penalty: GNMT α for ``PairScore.penalised``.
     """
+    check_texts(sources, "sources")
+    check_texts(targets, "targets")
     if len(sources) != len(targets):
         raise UserError(f"{len(sources)} sources but {len(targets)} targets; give one target per "
                         "source")  # fmt: skip

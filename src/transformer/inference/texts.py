@@ -34,6 +34,7 @@ from .alignment import pharaoh
 from .confidence import Confidence, Word, check_threshold, confidences, flagged
 from .documents import Document, Fitted, fit, read_document
 from .glossary import Glossary
+from .inputs import check_texts, search_of
 from .joined import joined_alignment, joined_confidence, joined_links, split_through
 from .markup import MARKUPS, MarkupError
 from .markup_segments import Marked, read_marked
@@ -288,7 +289,10 @@ def translate_texts(
         glossary: terms each sentence's translation must use (glossary.py; the torch engine);
             a sentence left without one for lack of room lists it in ``missing_terms``.
     """
-    d = decode or engine.decode
+    d = search_of(decode, engine.decode)
+    check_texts(texts, "texts")
+    if prefixes is not None:
+        check_texts(prefixes, "prefixes")
     if flag_below is not None:
         check_threshold(flag_below, "flag_below")
     check_options(d, document, confidence, flag_below is not None, markup)

@@ -37,6 +37,7 @@ from .beam import beam_search
 from .constrained_beam import Terms, constrained_beam_search
 from .glossary import Glossary, count_occurrences
 from .greedy import greedy_search, sample
+from .inputs import check_texts
 from .parallel import DecodeThreads, map_batches
 from .search import Hypothesis, Stopped, within
 
@@ -293,6 +294,9 @@ def translate_with(
         glossary: terms the outputs must contain (``glossary.py``), checked against the model
             here; a best output that lacks some is listed in ``unmet``.
     """
+    check_texts(sentences, "sentences")
+    if prefixes is not None:
+        check_texts(prefixes, "prefixes")
     if decode.min_len > max_positions - 1:
         raise BadValue(f"min_len {decode.min_len} is above the model's length limit "
                        f"({max_positions - 1} tokens)")  # fmt: skip

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ..config import DecodeConfig
 from ..config.checks import range_of
+from ..inference.inputs import lone_surrogate
 from .config import ServeConfig
 from .records import PARAGRAPHS, PLAIN_TEXT, WORDS, ParagraphRecord, WordProb
 
@@ -27,11 +28,10 @@ MAX_TERMS = 1000  # glossary terms per request
 def _unicode(text: str) -> str:
     """``text``, if it is Unicode: JSON may escape a lone surrogate (``\\ud800``), which is no
     character, so no tokenizer can read it."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(f"holds a lone surrogate (at character {error.start}), which is not "
-                         "a Unicode character") from None  # fmt: skip
+    at = lone_surrogate(text)
+    if at is not None:
+        raise ValueError(f"holds a lone surrogate (at character {at}), which is not a Unicode "
+                         "character")  # fmt: skip
     return text
 
 

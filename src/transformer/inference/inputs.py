@@ -1,0 +1,52 @@
+"""What a library caller hands the engines, checked where it comes in: texts are a list of
+strings, each Unicode text, and a search is a ``DecodeConfig``.
+
+The command line reads its texts from UTF-8 files, so these checks are for Python callers, for
+whom a mistake otherwise came out as an ``AttributeError`` deep inside, or as silently wrong
+output: a string given for a list of them was translated character by character.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..config import DecodeConfig
+from ..errors import BadValue
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds a lone surrogate (``"\\ud800"``, which JSON and Python strings may
+    hold but is no character, so no tokenizer can read it), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return None
+
+
+def check_texts(values: object, what: str) -> None:
+    """``values`` is a list (or tuple) of strings, each Unicode text.
+
+    Raises:
+        TypeError: a string, bytes or anything else for the list; an item that is no string.
+        BadValue: an item holding a lone surrogate.
+    """
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise TypeError(f"{what} must be a list of strings, got {type(values).__name__}")
+    for i, value in enumerate(values):
+        if not isinstance(value, str):
+            raise TypeError(f"{what}[{i}] must be a string, got {type(value).__name__}")
+        at = lone_surrogate(value)
+        if at is not None:
+            raise BadValue(f"{what}[{i}] holds a lone surrogate (at character {at}), which is "
+                           "not a Unicode character")  # fmt: skip
+
+
+def search_of(decode: object, default: DecodeConfig) -> DecodeConfig:
+    """``decode``, or the engine's ``default`` where it is None; anything else is a TypeError."""
+    if decode is None:
+        return default
+    if not isinstance(decode, DecodeConfig):
+        raise TypeError(f"decode must be a DecodeConfig (e.g. engine.decode.with_search("
+                        f"beam_size=2)), got {type(decode).__name__}")  # fmt: skip
+    return decode

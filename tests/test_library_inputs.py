@@ -1,0 +1,75 @@
+"""What a Python caller hands the engines is checked where it comes in (inference/inputs.py):
+a string given for a list of them was translated character by character (one "translation" per
+letter, no error); None, a number or bytes in the list, a dict for the search, or a lone
+surrogate stopped deep inside with an AttributeError or a RuntimeError from the tokenizer."""
+
+import pytest
+
+from transformer.config import RuntimeConfig
+from transformer.errors import BadValue, UserError
+from transformer.inference import load_engine, translate_texts
+
+
+@pytest.fixture(scope="module", params=["torch", "ctranslate2"])
+def engine(request, numbers_model):
+    if request.param == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+    return load_engine(numbers_model, engine=request.param, runtime=RuntimeConfig(device="cpu"))
+
+
+CALLS = {
+    "translate_texts": lambda e, texts: translate_texts(e, texts),
+    "translate_texts, document": lambda e, texts: translate_texts(e, texts, document=True),
+    "translate_texts, markup": lambda e, texts: translate_texts(e, texts, markup="html"),
+    "engine.translate": lambda e, texts: e.translate(texts),
+    "engine.translate, prefixes": lambda e, texts: e.translate(
+        ["twelve"] * len(texts), None, texts
+    ),  # fmt: skip
+    "engine.score": lambda e, texts: e.score(texts, ["douze"] * len(texts)),
+}
+WRONG = [
+    ("twelve", TypeError, r"must be a list of strings, got str"),
+    (b"twelve", TypeError, r"must be a list of strings, got bytes"),
+    (["twelve", None], TypeError, r"\[1\] must be a string, got NoneType"),
+    ([12], TypeError, r"\[0\] must be a string, got int"),
+    ([b"twelve"], TypeError, r"\[0\] must be a string, got bytes"),
+    (["twelve", "a\ud800b"], BadValue, r"\[1\] holds a lone surrogate \(at character 1\)"),
+]
+
+
+@pytest.mark.parametrize("call", CALLS)
+@pytest.mark.parametrize(("texts", "error", "message"), WRONG, ids=lambda v: repr(v)[:14])
+def test_texts_that_are_not_a_list_of_strings_are_refused_naming_the_item(
+    engine, call, texts, error, message
+):
+    with pytest.raises(error, match=message):
+        CALLS[call](engine, texts)
+
+
+def test_the_right_inputs_still_translate(engine):
+    assert [t.text for t in translate_texts(engine, ["twelve", ""]).texts][1] == ""
+    assert len(engine.translate(("twelve", "seven")).best) == 2  # a tuple is a list too
+    assert len(engine.score(["twelve"], ["douze"]).scores) == 1
+
+
+@pytest.mark.parametrize("decode", [{"beam_size": 2}, {}, "beam"], ids=repr)
+def test_a_search_that_is_no_decode_config_is_refused(engine, decode):
+    for call in (lambda: translate_texts(engine, ["twelve"], decode),
+                 lambda: engine.translate(["twelve"], decode),
+                 lambda: engine.score(["twelve"], ["douze"], decode)):  # fmt: skip
+        with pytest.raises(TypeError, match="decode must be a DecodeConfig .*with_search"):
+            call()
+
+
+@pytest.mark.parametrize(
+    ("glossary", "error", "message"),
+    [
+        ("terms.tsv", TypeError, r"glossary must be a Glossary \(Glossary.read\(path\)"),
+        (["ab"], UserError, r"glossary.0: a term is a pair of strings"),  # was the term a -> b
+        ([["twelve", "\udc00"]], BadValue, r"glossary.0\[1\] holds a lone surrogate"),
+    ],
+    ids=["a file name", "a two-letter string", "a lone surrogate"],
+)
+def test_a_glossary_that_is_no_list_of_pairs_is_refused(torch_engine, glossary, error, message):
+    with pytest.raises(error, match=message):
+        translate_texts(torch_engine, ["twelve"], glossary=glossary)
