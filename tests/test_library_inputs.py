@@ -73,3 +73,28 @@ def test_a_search_that_is_no_decode_config_is_refused(engine, decode):
 def test_a_glossary_that_is_no_list_of_pairs_is_refused(torch_engine, glossary, error, message):
     with pytest.raises(error, match=message):
         translate_texts(torch_engine, ["twelve"], glossary=glossary)
+
+
+@pytest.mark.parametrize(
+    ("ids", "error", "message"),
+    [
+        ([[5, 3], [10**6, 3]], ValueError, r"source sentence 1: id 1000000 is outside the vocab"),
+        ([[-1, 3]], ValueError, r"source sentence 0: id -1 is outside the vocabulary \(0 to "),
+        ([[5, 0, 3]], ValueError, r"source sentence 0 contains the padding id 0"),
+        ([[5.7, 3]], TypeError, r"source sentence 0: ids are integers, got float 5.7"),
+    ],
+    ids=["past the vocabulary", "negative", "padding", "a float"],
+)
+def test_ids_outside_the_vocabulary_are_refused_naming_the_sentence(engine, ids, error, message):
+    """An id past the vocabulary stopped in the embedding ("index out of range in self"); a
+    float was cut to an integer without a word."""
+    if engine.name == "torch":
+        from transformer.inference import score_ids, translate_ids
+
+        calls = [lambda: translate_ids(engine.model, ids, engine.decode),
+                 lambda: score_ids(engine.model, ids, [[5]] * len(ids))]  # fmt: skip
+    else:
+        calls = [lambda: engine.search_ids(ids)]
+    for call in calls:
+        with pytest.raises(error, match=message):
+            call()

@@ -76,11 +76,11 @@ from ..model_dir.layout import model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .alignment import NO_MASKING
 from .glossary import NO_CONSTRAINED_SEARCH
-from .inputs import search_of
+from .inputs import check_ids, search_of
 from .parallel import DecodeThreads
 from .score import ScoreResult, score_with
 from .search import Hypothesis, Stopped, gnmt_length_penalty, output_length_limits
-from .translate import TranslationResult, check_no_padding, tokenizers_for, translate_with
+from .translate import TranslationResult, tokenizers_for, translate_with
 
 PATIENCE = 2.0  # beam search goes on until 2K hypotheses have finished (see above)
 
@@ -227,7 +227,8 @@ class CTranslate2Engine:
             raise UserError(f"alignment: this ctranslate2 export averages {self.alignment_heads} "
                             f"of {heads} heads; export the model again for alignments")  # fmt: skip
         options = self._options_for(d)
-        check_no_padding(sentences)
+        check_ids(sentences, self.config.model.src_vocab_size, "source sentence")
+        check_ids(prefixes or [], self.config.model.tgt_vocab_size, "prefix")
         if not sentences:
             return []
         src_ids = pad(sentences)  # (B, S), only to count real tokens as the torch search does

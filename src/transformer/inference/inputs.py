@@ -9,9 +9,11 @@ output: a string given for a list of them was translated character by character.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from numbers import Integral
 
 from ..config import DecodeConfig
 from ..errors import BadValue
+from ..vocab import PAD_ID
 
 
 def lone_surrogate(text: str) -> int | None:
@@ -40,6 +42,31 @@ def check_texts(values: object, what: str) -> None:
         if at is not None:
             raise BadValue(f"{what}[{i}] holds a lone surrogate (at character {at}), which is "
                            "not a Unicode character")  # fmt: skip
+
+
+def check_ids(sequences: Sequence[Sequence[int]], vocab_size: int, what: str) -> None:
+    """Token ids as a search or scoring takes them: integers in [0, ``vocab_size``), never
+    ``PAD_ID`` (they go unpadded). An id past the vocabulary stopped in the embedding with
+    "index out of range in self"; a float was cut to an integer without a word.
+
+    Raises:
+        TypeError: an id that is no integer.
+        ValueError: an id outside the vocabulary, or the padding id; ``what`` i names it.
+    """
+    for i, ids in enumerate(sequences):
+        try:  # a sum is an integer only where every id is one: C's speed, not an isinstance each
+            whole = isinstance(sum(ids), Integral)
+        except TypeError:  # a string, None, ...
+            whole = False
+        if not whole:
+            wrong = next(token for token in ids if not isinstance(token, Integral))
+            raise TypeError(f"{what} {i}: ids are integers, got {type(wrong).__name__} {wrong!r}")
+        if ids and not 0 <= min(ids) <= max(ids) < vocab_size:
+            wrong = next(token for token in ids if not 0 <= token < vocab_size)
+            raise ValueError(f"{what} {i}: id {wrong} is outside the vocabulary (0 to "
+                             f"{vocab_size - 1})")  # fmt: skip
+        if PAD_ID in ids:
+            raise ValueError(f"{what} {i} contains the padding id {PAD_ID}")
 
 
 def search_of(decode: object, default: DecodeConfig) -> DecodeConfig:

@@ -32,7 +32,7 @@ from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..model.base import EncoderDecoder
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
-from .inputs import check_texts
+from .inputs import check_ids, check_texts
 from .search import check_scores, evaluating, gnmt_length_penalty
 
 # (source ids (pieces + EOS), target ids (pieces)) -> log P(target + EOS | source) per pair
@@ -72,6 +72,8 @@ def score_ids(
     Shape:
         returns one float per pair, in order.
     """
+    check_ids(sources, model.config.src_vocab_size, "source sentence")
+    check_ids(targets, model.config.tgt_vocab_size, "target sentence")
     found: dict[int, float] = {}
     for indices, picked, gold in teacher_forced(model, sources, targets, max_tokens, batch_size):
         totals = picked.masked_fill(gold == PAD_ID, 0.0).sum(dim=1)  # (B,)

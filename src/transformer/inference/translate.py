@@ -31,13 +31,13 @@ from ..data.batching import encode_source, length_batches, pad
 from ..data.tokenizer import Tokenizers
 from ..errors import BadValue, UserError
 from ..model.base import EncoderDecoder
-from ..vocab import PAD_ID, UNK_ID
+from ..vocab import UNK_ID
 from .alignment import attach_attention, attach_masking, word_links, word_of_pieces
 from .beam import beam_search
 from .constrained_beam import Terms, constrained_beam_search
 from .glossary import Glossary, count_occurrences
 from .greedy import greedy_search, sample
-from .inputs import check_texts
+from .inputs import check_ids, check_texts
 from .parallel import DecodeThreads, map_batches
 from .search import Hypothesis, Stopped, within
 
@@ -80,6 +80,8 @@ def translate_ids(
     """
     device = next(iter(model.parameters()), torch.empty(0)).device  # CPU for a parameterless stub
     config = config.sized_for(model.config)
+    check_ids(sentences, model.config.src_vocab_size, "source sentence")
+    check_ids(prefixes or [], model.config.tgt_vocab_size, "prefix")
 
     def run(indices: list[int], left: Stopped | None) -> list[list[Hypothesis]]:
         src_ids = pad([sentences[i] for i in indices], device)  # (B, S)
@@ -88,13 +90,6 @@ def translate_ids(
         return search(model, src_ids, config, use_cache, generator, prefix, left, forced)
 
     return in_length_batches(sentences, config, run, stopped, threads)
-
-
-def check_no_padding(sentences: list[list[int]]) -> None:
-    """Source ids go to a search unpadded: a PAD_ID among them is a bug of the caller."""
-    for i, ids in enumerate(sentences):
-        if PAD_ID in ids:
-            raise ValueError(f"source sentence {i} contains the padding id {PAD_ID}")
 
 
 def in_length_batches(
@@ -118,7 +113,6 @@ def in_length_batches(
             hypotheses, and is not decoded at all if it is stopped before its batch starts.
         threads: batches decoded at once (``parallel.py``).
     """
-    check_no_padding(sentences)
     if not config.batch_size:
         raise ValueError("batch_size 0 is resolved for a model first (DecodeConfig.sized_for)")
     lengths = [len(ids) for ids in sentences]
