@@ -30,6 +30,31 @@ def test_padding_does_not_change_real_positions(norm_first, positional):
 
 
 @pytest.mark.parametrize("name", ENCODER_DECODERS)
+def test_ids_of_the_wrong_shape_or_type_are_named_in_one_error(name):
+    """A 1-D sentence, float ids or a target batch that does not match its sources stopped deep
+    inside ("too many indices", "Expected ... Long, Int", a ZeroDivisionError)."""
+    model = ENCODER_DECODERS[name]().eval()
+    src, tgt = torch.tensor([[5, 6, 3], [7, 8, 3]]), torch.tensor([[BOS_ID, 10], [BOS_ID, 11]])
+    wrong = {
+        "src_ids .* got shape \\(3,\\), int64: a single sentence is ids\\[None\\]": (src[0], tgt),
+        "src_ids .* got shape \\(2, 3\\), float32$": (src.float(), tgt),
+        "src_ids .* got shape \\(1, 2, 3\\), int64$": (src[None], tgt),
+        "tgt_ids .* got shape \\(2,\\), int64": (src, tgt[:, 0]),
+        "tgt_ids has 1 rows for 2 sentences of the encoder's output": (src, tgt[:1]),
+    }
+    for message, (s, t) in wrong.items():
+        with pytest.raises(ValueError, match=message):
+            model(s, t)
+    assert model(src, tgt).shape == (2, 2, model.config.tgt_vocab_size)
+    assert model(src.int(), tgt.int()).shape == (2, 2, model.config.tgt_vocab_size)
+    if model.beams_share_memory:  # K = 2 rows per sentence: a beam search's
+        memory, mask = model.encode(src)
+        assert model.decode(tgt.repeat_interleave(2, 0), memory, mask).shape[0] == 4
+        with pytest.raises(ValueError, match="3 rows for 2 sentences .* K per sentence"):
+            model.decode(tgt.repeat_interleave(2, 0)[:3], memory, mask)
+
+
+@pytest.mark.parametrize("name", ENCODER_DECODERS)
 def test_changing_a_target_token_changes_no_earlier_logits(name):
     model = ENCODER_DECODERS[name]()
     src = torch.tensor([[5, 6, 7, 8, 9, 3]])

@@ -52,6 +52,34 @@ class Cache(Protocol):
         ``beams_share_memory``)."""
 
 
+def check_token_ids(
+    ids: Tensor, name: str, memory: Tensor | None = None, beams: bool = False
+) -> None:
+    """``ids`` is a (B, T) tensor of integer token ids; with ``memory`` (the encoder output),
+    B is its number of sentences, or with ``beams`` a whole number of rows per sentence (a beam
+    search's K). A 1-D sentence, a float tensor or a batch that did not match otherwise stopped
+    deep inside ("too many indices", "Expected ... Long, Int", a ZeroDivisionError)."""
+    if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.is_floating_point() or ids.is_complex():
+        got = (f"shape {tuple(ids.shape)}, {str(ids.dtype).removeprefix('torch.')}"
+               if isinstance(ids, Tensor) else type(ids).__name__)  # fmt: skip
+        one = isinstance(ids, Tensor) and ids.dim() == 1
+        hint = ": a single sentence is ids[None]" if one else ""
+        raise ValueError(f"{name} must be token ids of shape (B, T), integers (torch.long); got "
+                         f"{got}{hint}")  # fmt: skip
+    if memory is None:
+        return
+    rows, sentences = ids.size(0), memory.size(0)
+    fits = rows % sentences == 0 if beams and sentences else rows == sentences
+    if not fits:
+        per = (
+            "one row per sentence (or K per sentence: a beam search's beams)"
+            if beams
+            else "one row per sentence"
+        )
+        raise ValueError(f"{name} has {rows} rows for {sentences} sentences of the encoder's "
+                         f"output; give {per}")  # fmt: skip
+
+
 class EncoderDecoder(nn.Module, ABC):
     """An encoder-decoder translation model: built from a ``ModelConfig``, ending in ``output``,
     the final linear layer (one logit per target-vocabulary word)."""

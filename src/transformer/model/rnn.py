@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..errors import UserError
 from ..vocab import PAD_ID
-from .base import AttentionMaps, EncoderDecoder
+from .base import AttentionMaps, EncoderDecoder, check_token_ids
 from .decoder import DecoderAttention
 from .layers import Dropout
 from .rnn_decoder import RNNDecoder, RNNState
@@ -69,6 +69,7 @@ class RNNEncoderDecoder(EncoderDecoder):
         Shape:
             returns the annotations (B, S, 2H) and the source padding mask (B, 1, 1, S).
         """
+        check_token_ids(src_ids, "src_ids")
         return self.encoder(src_ids)
 
     def decode_hidden(
@@ -84,6 +85,7 @@ class RNNEncoderDecoder(EncoderDecoder):
         Shape:
             returns the readout after dropout (B, T, E).
         """
+        check_token_ids(tgt_ids, "tgt_ids", memory)
         state = cache if cache is not None else RNNState()
         readout, _ = self.decoder(tgt_ids, memory, src_mask, state)  # (B, T, E)
         return self.dropout(readout)

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..vocab import PAD_ID
-from .base import ATTENTION_KINDS, AttentionMaps, EncoderDecoder
+from .base import ATTENTION_KINDS, AttentionMaps, EncoderDecoder, check_token_ids
 from .cache import DecoderCache, FixedStep
 from .decoder import Decoder, DecoderAttention
 from .embeddings import Embeddings, TokenEmbedding
@@ -62,6 +62,7 @@ class Transformer(EncoderDecoder):
         Shape:
             returns memory (B, S, D) and the source padding mask (B, 1, 1, S).
         """
+        check_token_ids(src_ids, "src_ids")
         src_mask = padding_mask(src_ids, PAD_ID)  # (B, 1, 1, S)
         memory, _ = self.encoder(self.src_embed(src_ids), src_mask)
         return memory, src_mask
@@ -90,6 +91,7 @@ class Transformer(EncoderDecoder):
         need_weights: bool,
     ) -> tuple[Tensor, list[DecoderAttention] | None]:
         """Decoder hidden states (B, T, D) with the right self-attention mask."""
+        check_token_ids(tgt_ids, "tgt_ids", memory, self.beams_share_memory)
         if cache is None:
             past: int | Tensor = 0
             tgt_mask = combined_mask(tgt_ids, PAD_ID)  # (B, 1, T, T)
