@@ -98,3 +98,17 @@ def test_ids_outside_the_vocabulary_are_refused_naming_the_sentence(engine, ids,
     for call in calls:
         with pytest.raises(error, match=message):
             call()
+
+
+@pytest.mark.parametrize("engine_name", ["torch", "ctranslate2"])
+def test_loading_refuses_a_runtime_that_is_no_config_and_an_unknown_checkpoint(
+    numbers_model, engine_name
+):
+    """A dict for the runtime stopped with an AttributeError; checkpoint "first" quietly loaded
+    the last checkpoint."""
+    if engine_name == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+    with pytest.raises(TypeError, match="runtime must be a RuntimeConfig .*got dict"):
+        load_engine(numbers_model, engine_name, runtime={"device": "cpu"})
+    with pytest.raises(ValueError, match="checkpoint 'first': choose one of best, last"):
+        load_engine(numbers_model, engine_name, "first", RuntimeConfig(device="cpu"))

@@ -20,6 +20,7 @@ from jsonargparse import ArgumentParser
 from ..config import SECTIONS, RuntimeConfig
 from ..config.files import read_section
 from ..errors import UserError
+from ..model_dir.layout import WHICH
 from ..serve.config import ServeConfig
 
 # Every section a command can take: the run's, and the service's (never saved with a run).
@@ -179,7 +180,7 @@ def runtime_of(given: dict[str, dict]) -> RuntimeConfig:
 
 def model_options(p: ArgumentParser) -> None:
     p.add_argument("model_dir", help="model directory (or one of its checkpoint folders)")
-    p.add_argument("--checkpoint", default="best", choices=["best", "last"],
+    p.add_argument("--checkpoint", default="best", choices=WHICH,
                    help="which checkpoint of a model directory")  # fmt: skip
 
 

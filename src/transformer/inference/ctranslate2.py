@@ -76,7 +76,7 @@ from ..model_dir.layout import model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .alignment import NO_MASKING
 from .glossary import NO_CONSTRAINED_SEARCH
-from .inputs import check_ids, search_of
+from .inputs import check_ids, check_runtime, search_of
 from .parallel import DecodeThreads
 from .score import ScoreResult, score_with
 from .search import Hypothesis, Stopped, gnmt_length_penalty, output_length_limits
@@ -314,6 +314,7 @@ def load_ctranslate2(
     per core), on a GPU ``threads`` -> intra_threads; precision fp32 or auto -> the model's
     own type, bf16 / fp16 -> bfloat16 / float16 (int8_bfloat16 / int8_float16 for int8).
     """
+    check_runtime(runtime)
     if search.get("alignment_method") == "masking":
         raise UserError(f"alignment_method {search['alignment_method']}: {NO_MASKING}")
     if runtime.compile:

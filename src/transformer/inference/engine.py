@@ -29,7 +29,7 @@ from ..model_dir.checkpoints import load_checkpoint
 from ..model_dir.layout import model_dir_of
 from .compiled import compile_decoding
 from .glossary import Glossary, glossary_of
-from .inputs import search_of
+from .inputs import check_runtime, search_of
 from .next_tokens import BLOCK
 from .parallel import decode_threads
 from .score import ScoreResult, score_ids, score_with
@@ -153,6 +153,7 @@ def load_torch_engine(
     """A model directory (or checkpoint folder) on the runtime's device (not the one it was
     trained on), with ``search`` options (DecodeConfig fields) on top of its saved decode
     config; an ``nbest`` larger than the beam widens it."""
+    check_runtime(runtime)
     device = prepare_runtime(runtime)
     loaded = load_checkpoint(Path(model_dir), checkpoint, device)
     decode = loaded.config.decode.with_search(**search)

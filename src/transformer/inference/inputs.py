@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from numbers import Integral
 
-from ..config import DecodeConfig
+from ..config import DecodeConfig, RuntimeConfig
 from ..errors import BadValue
 from ..vocab import PAD_ID
 
@@ -67,6 +67,13 @@ def check_ids(sequences: Sequence[Sequence[int]], vocab_size: int, what: str) ->
                              f"{vocab_size - 1})")  # fmt: skip
         if PAD_ID in ids:
             raise ValueError(f"{what} {i} contains the padding id {PAD_ID}")
+
+
+def check_runtime(runtime: object) -> None:
+    """``runtime`` is a ``RuntimeConfig`` (a dict stopped inside with an AttributeError)."""
+    if not isinstance(runtime, RuntimeConfig):
+        raise TypeError(f"runtime must be a RuntimeConfig (e.g. RuntimeConfig(device='cpu')), "
+                        f"got {type(runtime).__name__}")  # fmt: skip
 
 
 def search_of(decode: object, default: DecodeConfig) -> DecodeConfig:

@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import save
 
 from ..config import RunConfig, build_config
-from ..errors import UserError, describe_os_error
+from ..errors import BadValue, UserError, describe_os_error
 from ..files import built_aside, remove_tree, write_bytes, write_json_atomic
 from ..model.base import EncoderDecoder
 from ..model.build import build_model
@@ -35,6 +35,7 @@ from .layout import (
     INDEX,
     TRAINER,
     WEIGHTS,
+    WHICH,
     folder_kind,
     is_checkpoint_folder,
 )
@@ -149,6 +150,8 @@ def resolve_checkpoint(path: Path, which: str = "best") -> Path:
     Without a usable index (missing, unreadable, or pointing at a folder that is gone) the
     newest complete ``step_*`` folder is used, with a warning.
     """
+    if which not in WHICH:  # "first" quietly loaded the last
+        raise BadValue(f"checkpoint {which!r}: choose one of {', '.join(WHICH)}")
     if (path / WEIGHTS).exists():
         return path
     if not path.exists():

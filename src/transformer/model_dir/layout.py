@@ -41,6 +41,7 @@ DATA = "data"
 # Inside checkpoints/: the index, and in each checkpoint folder the weights and training's state
 # (next to a copy of CONFIG).
 INDEX = "index.json"
+WHICH = ("best", "last")  # the checkpoints INDEX names
 WEIGHTS = "model.safetensors"
 TRAINER = "trainer.pt"
 # A run's hidden entries: the training's lock, and what --overwrite and data preparation stage.
