@@ -56,6 +56,7 @@ class LayerCache:
         self.length = 0  # positions cached
         self.rows = 0  # batch rows in use: the first ``rows`` of the buffer
         self.limit = limit  # the most positions the search will cache (0: not known)
+        self.fixed = fixed  # every slot attended to (masked): its buffers hold zeros, not garbage
         # positions it has room for; a fixed cache has room for ``limit`` from the start
         self.capacity = limit if fixed else min(limit or GROWTH, GROWTH)
         self._kv: Tensor | None = None  # (2, ≥B, H, capacity, Dh): keys, then values
@@ -106,7 +107,8 @@ class LayerCache:
             self.capacity = -(-room // GROWTH) * GROWTH
             if self.limit:
                 self.capacity = max(needed, min(self.capacity, self.limit))
-        grown = like.new_zeros(2, max(rows, self.rows), heads, max(self.capacity, needed), d_head)
+        shape = (2, max(rows, self.rows), heads, max(self.capacity, needed), d_head)
+        grown = self._buffer(like, shape)
         if self._kv is not None:
             grown[:, : self.rows, :, : self.length] = self._kv[:, : self.rows, :, : self.length]
         self._kv = grown
@@ -126,7 +128,7 @@ class LayerCache:
             n = index.numel()
             shrink = 2 * n <= old.size(1)
             if shrink or spare is None or spare.shape[2:] != old.shape[2:] or spare.size(1) < n:
-                spare = old.new_zeros([2, n if shrink else max(n, old.size(1)), *old.shape[2:]])
+                spare = self._buffer(old, (2, n if shrink else max(n, old.size(1)), *old.shape[2:]))
             used = old[:, : self.rows, :, : self.length]  # (2, B, H, t, Dh)
             torch.index_select(used, 1, index, out=spare[:, :n, :, : self.length])
             self._kv, self.rows = spare, n
@@ -135,6 +137,14 @@ class LayerCache:
         if sentences is not None and self._cross is not None:
             self._set_cross(self._cross.index_select(1, sentences))
         return old
+
+    def _buffer(self, like: Tensor, shape: tuple[int, ...]) -> Tensor:
+        """A new buffer of ``shape``. A growing cache's attention reads only the first
+        ``length`` positions of its first ``rows`` rows, each written before it is read, so the
+        rest need not be zeroed: writing zeros took 4.5% of a beam search (profiled), and
+        touched every page of the room ahead. A fixed cache's step attends to every slot, the
+        empty ones with weight 0, which must multiply finite numbers: zeros."""
+        return like.new_zeros(shape) if self.fixed else like.new_empty(shape)
 
     def allocate(self, rows: int, heads: int, d_head: int, like: Tensor) -> None:
         """A fixed cache's buffer, zeros for ``rows`` rows, made before the first compiled
