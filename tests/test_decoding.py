@@ -154,6 +154,25 @@ def test_cached_and_uncached_search_agree(search, make_model):
     assert_same(cached, uncached)
 
 
+@pytest.mark.parametrize("search", SEARCHES)
+def test_the_cache_never_reads_a_position_it_has_not_written(search, monkeypatch):
+    """A growing cache's buffers are not zeroed (cache.LayerCache._buffer): filled with NaN
+    instead, any read of a slot before its write would reach the scores. Longer outputs than
+    8 positions (the first room) make the buffers grow; beam search's finished sentences make
+    them shrink into new ones."""
+    model, src = varied(), padded(SENTENCES)
+    expected = SEARCHES[search](model, src, use_cache=True)
+    made = []
+
+    def poisoned(self, like, shape):
+        made.append(shape)
+        return like.new_zeros(shape) if self.fixed else like.new_full(shape, float("nan"))
+
+    monkeypatch.setattr(cache_module.LayerCache, "_buffer", poisoned)
+    assert_same(SEARCHES[search](model, src, use_cache=True), expected)
+    assert len({shape[3] for shape in made}) > 1  # the buffers grew
+
+
 # --- Searches on a random model --------------------------------------------------------------
 
 
