@@ -112,3 +112,22 @@ def test_loading_refuses_a_runtime_that_is_no_config_and_an_unknown_checkpoint(
         load_engine(numbers_model, engine_name, runtime={"device": "cpu"})
     with pytest.raises(ValueError, match="checkpoint 'first': choose one of best, last"):
         load_engine(numbers_model, engine_name, "first", RuntimeConfig(device="cpu"))
+
+
+def test_training_and_comparing_take_what_a_python_caller_has(numbers_model, tmp_path):
+    """``train`` given a dict stopped with an AttributeError; ``compare_runs`` given names as
+    strings stopped with one ('str' has no 'resolve'), and one name for the list was read as
+    a list of one-letter runs."""
+    from transformer.inspect import compare_runs
+    from transformer.training import train
+
+    with pytest.raises(TypeError, match="config must be a RunConfig .*build_config.*got dict"):
+        train({"train": {"max_steps": 1}}, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(TypeError, match="paths must be a list of model directories, got str"):
+        compare_runs(str(numbers_model))
+    with pytest.raises(TypeError, match="runtime must be a RuntimeConfig"):
+        compare_runs([str(numbers_model)], runtime={"device": "cpu"})
+    found = compare_runs([str(numbers_model)], runtime=RuntimeConfig(device="cpu"), repeats=1,
+                         lengths=(8,))  # fmt: skip
+    assert len(found.runs) == 1

@@ -37,6 +37,7 @@ from ..data.binarized import TokenDataset
 from ..data.corpora import load_splits
 from ..errors import UserError
 from ..inference.engine import load_torch_engine
+from ..inference.inputs import check_runtime
 from ..model.base import EncoderDecoder
 from ..model_dir.checkpoints import read_config, resolve_checkpoint
 from ..model_dir.layout import METRICS
@@ -195,7 +196,7 @@ def forward_times(
 
 
 def compare_runs(
-    paths: list[Path],
+    paths: list[Path] | list[str],
     checkpoint: str = "best",
     runtime: RuntimeConfig = RuntimeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     search: dict | None = None,
@@ -211,6 +212,10 @@ def compare_runs(
         search: DecodeConfig fields on top of each run's own decode config (e.g. beam_size).
         lengths: the sentence lengths of the forward timing (capped by every model's positions).
     """
+    if isinstance(paths, (str, Path)):  # one run's name, not a list of characters
+        raise TypeError(f"paths must be a list of model directories, got {type(paths).__name__}")
+    check_runtime(runtime)
+    paths = [Path(path) for path in paths]  # str or Path each
     if not paths:
         raise UserError("give the training runs to compare")
     if len({p.resolve() for p in paths}) < len(paths):

@@ -100,7 +100,7 @@ class Job:
 
 def train(
     config: RunConfig,
-    out_dir: Path,
+    out_dir: Path | str,
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
@@ -120,6 +120,11 @@ def train(
         overwrite: start afresh even if ``out_dir`` already holds a run (otherwise an error).
         progress: show a tqdm progress bar.
     """
+    if not isinstance(config, RunConfig):  # a dict stopped inside with an AttributeError
+        raise TypeError(f"config must be a RunConfig (transformer.config.build_config makes one "
+                        f"from a dict, load_config from a YAML file), got "
+                        f"{type(config).__name__}")  # fmt: skip
+    out_dir = Path(out_dir)
     world = world_from_env()
     threads = torch.get_num_threads()  # runtime.threads applies to this training only
     device = prepare_runtime(config.runtime, world.local_rank)  # before anything is written
