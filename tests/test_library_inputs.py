@@ -131,3 +131,25 @@ def test_training_and_comparing_take_what_a_python_caller_has(numbers_model, tmp
     found = compare_runs([str(numbers_model)], runtime=RuntimeConfig(device="cpu"), repeats=1,
                          lengths=(8,))  # fmt: skip
     assert len(found.runs) == 1
+
+
+def test_the_step_through_view_and_the_attention_maps_take_one_sentence(torch_engine, exported):
+    """A list, None or a lone surrogate for the sentence stopped with an AttributeError, the
+    tokenizer's TypeError or RuntimeError; the CTranslate2 engine, which has no model to look
+    inside, with an AttributeError."""
+    from transformer.inspect import inspect_sentence, trace_sentence
+
+    engine = torch_engine
+    wrong = [
+        (["twelve"], TypeError, "sentence must be a string, got list"),
+        (None, TypeError, "sentence must be a string, got NoneType"),
+        ("a\ud800", BadValue, "sentence holds a lone surrogate"),
+    ]
+    for sentence, error, message in wrong:
+        with pytest.raises(error, match=message):
+            trace_sentence(engine, sentence)
+        with pytest.raises(error, match=message):
+            inspect_sentence(engine.model, engine.tokenizers, sentence, engine.decode)
+    with pytest.raises(TypeError, match="runs the torch engine's model .*got CTranslate2Engine"):
+        trace_sentence(load_engine(exported, "ctranslate2"), "twelve")
+    assert trace_sentence(engine, "twelve").nbest

@@ -36,12 +36,17 @@ def check_texts(values: object, what: str) -> None:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise TypeError(f"{what} must be a list of strings, got {type(values).__name__}")
     for i, value in enumerate(values):
-        if not isinstance(value, str):
-            raise TypeError(f"{what}[{i}] must be a string, got {type(value).__name__}")
-        at = lone_surrogate(value)
-        if at is not None:
-            raise BadValue(f"{what}[{i}] holds a lone surrogate (at character {at}), which is "
-                           "not a Unicode character")  # fmt: skip
+        check_text(value, f"{what}[{i}]")
+
+
+def check_text(value: object, what: str) -> None:
+    """``value`` is a string of Unicode text (``check_texts`` for one)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {type(value).__name__}")
+    at = lone_surrogate(value)
+    if at is not None:
+        raise BadValue(f"{what} holds a lone surrogate (at character {at}), which is not a "
+                       "Unicode character")  # fmt: skip
 
 
 def check_ids(sequences: Sequence[Sequence[int]], vocab_size: int, what: str) -> None:

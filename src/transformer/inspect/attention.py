@@ -20,6 +20,7 @@ from ..data.tokenizer import Tokenizers
 from ..errors import UserError
 from ..files import mark_folder, replace_folder
 from ..inference.engine import TorchEngine
+from ..inference.inputs import check_text
 from ..inference.search import Stopped
 from ..inference.translate import translate
 from ..model.base import AttentionMaps, EncoderDecoder
@@ -51,6 +52,7 @@ def inspect_sentence(
     """Translates ``sentence`` (starting with ``prefix``, if given) and re-runs the model on
     (source, <s> + translation) to collect the attention weights of every layer and head;
     ``stopped(0)``: nobody waits for it any more (the search ends at its next step)."""
+    check_text(sentence, "sentence")
     if not sentence.strip():
         raise UserError("the sentence to inspect is empty")
     prefixes = [prefix] if prefix else None

@@ -33,6 +33,7 @@ from ..errors import UserError
 from ..inference.beam import beam_search
 from ..inference.beam_tree import BeamTree
 from ..inference.engine import TorchEngine
+from ..inference.inputs import check_text, search_of
 from ..inference.search import Hypothesis, Stopped, evaluating, max_output_lengths
 from ..model.attention import MultiHeadAttention, attention_scores
 from ..model.layers import LayerNorm
@@ -132,7 +133,11 @@ def trace_sentence(
         stopped: ``stopped(0)``: nobody waits for the view any more (the search ends at its
             next step).
     """
-    model, decode = engine.model, decode or engine.decode
+    check_text(sentence, "sentence")
+    if not isinstance(engine, TorchEngine):
+        raise TypeError(f"the step-through view runs the torch engine's model "
+                        f"(load_torch_engine); got {type(engine).__name__}")  # fmt: skip
+    model, decode = engine.model, search_of(decode, engine.decode)
     if not isinstance(model, Transformer):
         raise UserError(f"the step-through view shows the Transformer; {engine.path} holds a "
                         f"{type(model).__name__}")  # fmt: skip
