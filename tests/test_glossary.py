@@ -364,22 +364,53 @@ def test_no_room_for_a_document_s_terms_is_said_for_its_line(numbers_model, tmp_
     assert not [line for line in done.stderr if "lacks" in line and "line 3" not in line]
 
 
-def test_a_term_the_split_of_a_long_sentence_goes_through_is_reported_missing(torch_engine):
+def test_a_long_sentence_is_never_split_through_a_term_so_each_is_enforced(torch_engine):
     # A sentence too long for the model is translated in parts; a term whose words the split
-    # separates is in no part, so no search was given it: it was neither enforced nor reported.
+    # separated was in no part, so no search was given it. The split now goes around terms.
     tokenizer, limit = torch_engine.tokenizers.src, torch_engine.model.config.max_positions
     words = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
              "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
              "eighteen", "nineteen", "twenty", "thirty", "forty"]  # fmt: skip
     sentence = " ".join(words * 3)
-    fitted = fit(sentence, lambda text: len(encode_source(tokenizer.encode(text))), limit)
-    assert len(fitted.parts) > 1, "the sentence must be too long for the model"
-    term = f"{fitted.parts[0].split()[-1]} {fitted.parts[1].split()[0]}"
+
+    def pieces(text):
+        return len(encode_source(tokenizer.encode(text)))
+
+    plain = fit(sentence, pieces, limit)
+    assert len(plain.parts) > 1, "the sentence must be too long for the model"
+    term = f"{plain.parts[0].split()[-1]} {plain.parts[1].split()[0]}"  # where it was cut
+    glossary = Glossary.of([[term, "septante"]])
+    kept = fit(sentence, pieces, limit, glossary.pattern)
+    assert " ".join(kept.parts).split() == sentence.split()  # every word, in order
+    assert sum(part.count(term) for part in kept.parts) == sentence.count(term) == 3
+    assert all(pieces(part) <= limit for part in kept.parts)
+    found = translate_texts(torch_engine, [sentence], document=True, glossary=glossary)
+    (out,) = found.texts[0].sentences
+    assert out.split and out.missing_terms is None, out
+    assert out.text.count("septante") == 3
+
+
+def test_a_term_a_split_at_punctuation_goes_through_is_reported_missing(torch_engine):
+    # The split at a clause's end (", ") may still go through a term holding that punctuation:
+    # no part holds it, so it is listed as missing where the translation lacks it.
+    tokenizer, limit = torch_engine.tokenizers.src, torch_engine.model.config.max_positions
+    words = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+             "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+             "eighteen", "nineteen", "twenty", "thirty", "forty"]  # fmt: skip
+    many = words * 3
+    sentence = ", ".join(" ".join(many[i : i + 4]) for i in range(0, 60, 4))
+
+    def pieces(text):
+        return len(encode_source(tokenizer.encode(text)))
+
+    plain = fit(sentence, pieces, limit)
+    assert plain.how == "at punctuation" and len(plain.parts) > 1, plain
+    term = f"{plain.parts[0].split()[-1]} {plain.parts[1].split()[0]}"  # "X, Y"
+    assert term.count(",") == 1
     glossary = Glossary.of([[term, "septante"]])
     found = translate_texts(torch_engine, [sentence], document=True, glossary=glossary)
     (out,) = found.texts[0].sentences
     assert out.split and "septante" in (out.missing_terms or []), out
-    assert out.text.count("septante") < sentence.count(term)
     whole = translate_texts(torch_engine, ["four five."], document=True,
                             glossary=Glossary.of([["four five", "septante"]]))  # fmt: skip
     assert whole.texts[0].sentences[0].missing_terms is None  # a sentence not split: enforced

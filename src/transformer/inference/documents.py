@@ -175,22 +175,40 @@ class Fitted:
     pieces: int = 0  # its length in pieces with </s>, when split
 
 
-def fit(sentence: str, pieces: Callable[[str], int], limit: int) -> Fitted:
+def fit(
+    sentence: str, pieces: Callable[[str], int], limit: int, whole: re.Pattern[str] | None = None
+) -> Fitted:
     """``sentence`` whole if ``pieces(sentence)`` (its length, </s> counted) is at most
     ``limit``; else split into parts that fit: at the ends of clauses, then into windows of
-    whole words, then of characters. Nothing is dropped: the parts hold every word."""
+    whole words, then of characters. Nothing is dropped: the parts hold every word.
+
+    ``whole``: what a window keeps in one part, as a unit of words (a glossary's source terms:
+    a term the split went through was in no part, so no search was given it)."""
     length = pieces(sentence)
     if length <= limit:
         return Fitted([sentence])
     clauses = _CLAUSE_END.split(sentence)
     if len(clauses) > 1:
-        parts = [p for clause in _packed(clauses, pieces, limit) for p in _windows(clause, pieces,
-                 limit)]  # fmt: skip
+        parts = [p for clause in _packed(clauses, pieces, limit)
+                 for p in _windows(clause, pieces, limit, whole)]  # fmt: skip
         how = "at punctuation"
         if len(parts) > len(_packed(clauses, pieces, limit)):
             how = "at punctuation and at a fixed window"
         return Fitted(parts, how, length)
-    return Fitted(_windows(sentence, pieces, limit), "at a fixed window", length)
+    return Fitted(_windows(sentence, pieces, limit, whole), "at a fixed window", length)
+
+
+def _units(text: str, whole: re.Pattern[str] | None) -> list[str]:
+    """The words of ``text``, those of each ``whole`` match joined into one unit (with the
+    words it starts or ends inside of)."""
+    spans = [m.span() for m in re.finditer(r"\S+", text)]  # (start, end) of each word
+    for match in whole.finditer(text) if whole is not None else ():
+        inside = [i for i, (start, end) in enumerate(spans) if start < match.end() and
+                  end > match.start()]  # fmt: skip
+        if len(inside) > 1:
+            first, last = inside[0], inside[-1]
+            spans[first : last + 1] = [(spans[first][0], spans[last][1])]
+    return [text[start:end] for start, end in spans]
 
 
 def _packed(units: list[str], pieces: Callable[[str], int], limit: int) -> list[str]:
@@ -205,13 +223,15 @@ def _packed(units: list[str], pieces: Callable[[str], int], limit: int) -> list[
     return parts
 
 
-def _windows(text: str, pieces: Callable[[str], int], limit: int) -> list[str]:
-    """``text`` in windows of whole words that fit; a word that alone does not fit, in windows
-    of characters."""
+def _windows(
+    text: str, pieces: Callable[[str], int], limit: int, whole: re.Pattern[str] | None
+) -> list[str]:
+    """``text`` in windows of whole words that fit, the words of a ``whole`` match kept
+    together; a word (or match) that alone does not fit, in windows of characters."""
     if pieces(text) <= limit:
         return [text]
     out = []
-    for part in _packed(text.split(), pieces, limit):
+    for part in _packed(_units(text, whole), pieces, limit):
         if pieces(part) <= limit:
             out.append(part)
             continue

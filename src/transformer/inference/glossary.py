@@ -110,6 +110,11 @@ class Glossary:
                 raise UserError(f"{term.where}: the target vocabulary cannot spell "
                                 f"{term.target!r}: it holds characters never seen")  # fmt: skip
 
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        """Any source term on word boundaries, the longest first (what ``targets_in`` finds)."""
+        return self._pattern
+
     @cached_property
     def _pattern(self) -> re.Pattern[str]:
         """Any source term on word boundaries, the longest first."""

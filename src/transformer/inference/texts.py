@@ -24,6 +24,7 @@ server returns too (serve/records.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -33,7 +34,7 @@ from ..errors import UserError
 from .alignment import pharaoh
 from .confidence import Confidence, Word, check_threshold, confidences, flagged
 from .documents import Document, Fitted, fit, read_document
-from .glossary import Glossary
+from .glossary import Glossary, glossary_of
 from .inputs import check_texts, search_of
 from .joined import joined_alignment, joined_confidence, joined_links, split_through
 from .markup import MARKUPS, MarkupError
@@ -82,19 +83,22 @@ class Plan:
 
 
 def plan(
-    texts: list[str], document: bool, language: str, pieces: Callable[[str], int], limit: int
-) -> Plan:
+    texts: list[str], document: bool, language: str, pieces: Callable[[str], int], limit: int,
+    whole: re.Pattern[str] | None = None,
+) -> Plan:  # fmt: skip
     """The sentences of ``texts`` (each a line, or with ``document`` a document), each split
     into parts of at most ``limit`` pieces (``pieces(text)``: its length, </s> counted) when
-    it is a document's. A line is left whole: ``translate_with`` cuts it and says so."""
+    it is a document's, never through a ``whole`` match (``fit``). A line is left whole:
+    ``translate_with`` cuts it and says so."""
     if not document:
         return Plan(texts, None, [[Fitted([text])] for text in texts], [])
-    return _fitted(texts, [read_document(text, language) for text in texts], pieces, limit)
+    documents = [read_document(text, language) for text in texts]
+    return _fitted(texts, documents, pieces, limit, whole)
 
 
 def plan_marked(
     texts: list[str], markup: str, document: bool, language: str, pieces: Callable[[str], int],
-    limit: int,
+    limit: int, whole: re.Pattern[str] | None = None,
 ) -> Plan:  # fmt: skip
     """``plan`` for texts marked up as ``markup``: the sentences are the segments of their plain
     text (markup_segments.py); a ``MarkupError`` names the text and the line."""
@@ -107,16 +111,17 @@ def plan_marked(
     if not document:  # a line's segments: one, or one per HTML block on it
         fitted = [[Fitted([s.text]) for s in m.segments] or [Fitted([""])] for m in marked]
         return Plan(texts, None, fitted, [], marked)
-    p = _fitted(texts, [m.document() for m in marked], pieces, limit)
+    p = _fitted(texts, [m.document() for m in marked], pieces, limit, whole)
     return replace(p, marked=marked)
 
 
 def _fitted(
-    texts: list[str], documents: list[Document], pieces: Callable[[str], int], limit: int
-) -> Plan:
+    texts: list[str], documents: list[Document], pieces: Callable[[str], int], limit: int,
+    whole: re.Pattern[str] | None,
+) -> Plan:  # fmt: skip
     fitted, splits = [], []
     for t, doc in enumerate(documents):
-        fitted.append([fit(s.text, pieces, limit) for s in doc.sentences])
+        fitted.append([fit(s.text, pieces, limit, whole) for s in doc.sentences])
         for s, f in zip(doc.sentences, fitted[-1], strict=True):
             if f.how:
                 splits.append(Split(t, s.line, f.pieces, len(f.parts), f.how))
@@ -299,7 +304,8 @@ def translate_texts(
     if document and prefixes is not None:
         raise UserError("prefix: a document's sentences are found by the segmenter; prefixes "
                         "go with lines, not documents")  # fmt: skip
-    p = plan_for(engine, texts, document, markup)
+    glossary = glossary_of(glossary)  # a Glossary, or (source, target) pairs
+    p = plan_for(engine, texts, document, markup, glossary)
     terms = {"glossary": glossary} if glossary is not None else {}  # only where asked for
     result = engine.translate(p.parts, aligned(p, d, engine.name), p.part_prefixes(prefixes),
                               **terms)  # fmt: skip
@@ -309,18 +315,23 @@ def translate_texts(
     return TextsResult(put_back(p, result, found, flag_below, d.alignment, glossary), p.splits)
 
 
-def plan_for(engine, texts: list[str], document: bool, markup: str = "text") -> Plan:
+def plan_for(
+    engine, texts: list[str], document: bool, markup: str = "text",
+    glossary: Glossary | None = None,
+) -> Plan:  # fmt: skip
     """``plan`` (``plan_marked`` with ``markup``) with the engine's source language, tokenizer
-    and length limit."""
+    and length limit; a sentence too long for the model is never split through one of
+    ``glossary``'s source terms."""
     tokenizer = engine.tokenizers.src
 
     def pieces(text: str) -> int:
         return len(encode_source(tokenizer.encode(text)))
 
     language, limit = engine.config.data.src_lang, engine.config.model.max_positions
+    whole = glossary.pattern if glossary is not None else None  # no split goes through a term
     if markup != "text":
-        return plan_marked(texts, markup, document, language, pieces, limit)
-    return plan(texts, document, language, pieces, limit)
+        return plan_marked(texts, markup, document, language, pieces, limit, whole)
+    return plan(texts, document, language, pieces, limit, whole)
 
 
 def aligned(p: Plan, decode: DecodeConfig, engine: str) -> DecodeConfig:

@@ -103,7 +103,7 @@ async def translate_texts_request(
 
     def planned() -> Plan:
         try:
-            return plan_for(engine, texts, document, markup)
+            return plan_for(engine, texts, document, markup, glossary)
         except MarkupError as error:
             raise UserError(f"sentences.{error.text}: line {error.line}: {error.reason}") from None
 
