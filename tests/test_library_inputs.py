@@ -153,3 +153,19 @@ def test_the_step_through_view_and_the_attention_maps_take_one_sentence(torch_en
     with pytest.raises(TypeError, match="runs the torch engine's model .*got CTranslate2Engine"):
         trace_sentence(load_engine(exported, "ctranslate2"), "twelve")
     assert trace_sentence(engine, "twelve").nbest
+
+
+def test_scoring_functions_take_lists_of_strings():
+    """One string for the hypotheses was scored letter by letter: ``exact_match("abc", ["a",
+    "b", "c"])`` said 3 of 3 correct."""
+    from transformer.inference import exact_match, score_translations
+
+    for call in (score_translations, exact_match):
+        with pytest.raises(TypeError, match="hypotheses must be a list of strings, got str"):
+            call("abc", ["a", "b", "c"])
+        with pytest.raises(TypeError, match=r"references\[1\] must be a string, got NoneType"):
+            call(["a", "b"], ["a", None])
+    with pytest.raises(TypeError, match=r"groups\[0\] must be a string, got int"):
+        exact_match(["a"], ["a"], [1])
+    assert score_translations(["a b c d"], [["a b c d", "e"]])[0].score == pytest.approx(100)
+    assert exact_match(["a", "b"], ["a", "c"], ["x", "x"])[-1].correct == 1

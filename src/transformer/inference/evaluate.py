@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sacrebleu.metrics import BLEU, CHRF
 
 from ..errors import UserError
+from .inputs import check_texts
 
 
 @dataclass
@@ -31,6 +32,8 @@ def score_translations(
     """BLEU and chrF of ``hypotheses`` against their references (line-aligned): one string per
     hypothesis, or a list of one or more (multi-reference: sacreBLEU takes one stream per
     reference, ``None`` where a sentence has fewer)."""
+    check_texts(hypotheses, "hypotheses")
+    check_texts(references, "references", several=True)
     if len(hypotheses) != len(references):
         raise UserError(
             f"{len(hypotheses)} hypotheses but {len(references)} references; they must align"
@@ -83,6 +86,10 @@ def exact_match(
         hypotheses, references: line-aligned.
         groups: a class label per line (e.g. the numbers corpus's magnitude classes), or None.
     """
+    check_texts(hypotheses, "hypotheses")
+    check_texts(references, "references")
+    if groups is not None:
+        check_texts(groups, "groups")
     if len(hypotheses) != len(references):
         raise UserError(
             f"{len(hypotheses)} hypotheses but {len(references)} references; they must align"

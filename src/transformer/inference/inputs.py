@@ -26,8 +26,9 @@ def lone_surrogate(text: str) -> int | None:
     return None
 
 
-def check_texts(values: object, what: str) -> None:
-    """``values`` is a list (or tuple) of strings, each Unicode text.
+def check_texts(values: object, what: str, several: bool = False) -> None:
+    """``values`` is a list (or tuple) of strings, each Unicode text; with ``several``, an item
+    may also be a list of them (a sentence's references).
 
     Raises:
         TypeError: a string, bytes or anything else for the list; an item that is no string.
@@ -36,7 +37,10 @@ def check_texts(values: object, what: str) -> None:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise TypeError(f"{what} must be a list of strings, got {type(values).__name__}")
     for i, value in enumerate(values):
-        check_text(value, f"{what}[{i}]")
+        if several and isinstance(value, (list, tuple)):
+            check_texts(value, f"{what}[{i}]")
+        else:
+            check_text(value, f"{what}[{i}]")
 
 
 def check_text(value: object, what: str) -> None:
