@@ -31,16 +31,20 @@ def test_padding_does_not_change_real_positions(norm_first, positional):
 
 @pytest.mark.parametrize("name", ENCODER_DECODERS)
 def test_ids_of_the_wrong_shape_or_type_are_named_in_one_error(name):
-    """A 1-D sentence, float ids or a target batch that does not match its sources stopped deep
-    inside ("too many indices", "Expected ... Long, Int", a ZeroDivisionError)."""
+    """A 1-D sentence, float ids, a target batch that does not match its sources or an id past
+    the vocabulary stopped deep inside ("too many indices", "Expected ... Long, Int", a
+    ZeroDivisionError, "index out of range in self")."""
     model = ENCODER_DECODERS[name]().eval()
     src, tgt = torch.tensor([[5, 6, 3], [7, 8, 3]]), torch.tensor([[BOS_ID, 10], [BOS_ID, 11]])
+    one = torch.tensor([1])
     wrong = {
         "src_ids .* got shape \\(3,\\), int64: a single sentence is ids\\[None\\]": (src[0], tgt),
         "src_ids .* got shape \\(2, 3\\), float32$": (src.float(), tgt),
         "src_ids .* got shape \\(1, 2, 3\\), int64$": (src[None], tgt),
         "tgt_ids .* got shape \\(2,\\), int64": (src, tgt[:, 0]),
         "tgt_ids has 1 rows for 2 sentences of the encoder's output": (src, tgt[:1]),
+        "src_ids holds the id -3, outside the vocabulary": (src - 6, tgt),
+        "tgt_ids holds the id 1000, outside the vocabulary": (src, tgt.index_fill(1, one, 1000)),
     }
     for message, (s, t) in wrong.items():
         with pytest.raises(ValueError, match=message):

@@ -53,12 +53,15 @@ class Cache(Protocol):
 
 
 def check_token_ids(
-    ids: Tensor, name: str, memory: Tensor | None = None, beams: bool = False
-) -> None:
+    ids: Tensor, name: str, memory: Tensor | None = None, beams: bool = False,
+    vocab_size: int = 0,
+) -> None:  # fmt: skip
     """``ids`` is a (B, T) tensor of integer token ids; with ``memory`` (the encoder output),
     B is its number of sentences, or with ``beams`` a whole number of rows per sentence (a beam
-    search's K). A 1-D sentence, a float tensor or a batch that did not match otherwise stopped
-    deep inside ("too many indices", "Expected ... Long, Int", a ZeroDivisionError)."""
+    search's K); with ``vocab_size``, on a CPU, every id is below it. A 1-D sentence, a float
+    tensor, a batch that did not match or an id past the vocabulary otherwise stopped deep
+    inside ("too many indices", "Expected ... Long, Int", a ZeroDivisionError, "index out of
+    range in self"). On a GPU the ids are not read: that would wait for the GPU."""
     if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.is_floating_point() or ids.is_complex():
         got = (f"shape {tuple(ids.shape)}, {str(ids.dtype).removeprefix('torch.')}"
                if isinstance(ids, Tensor) else type(ids).__name__)  # fmt: skip
@@ -66,6 +69,11 @@ def check_token_ids(
         hint = ": a single sentence is ids[None]" if one else ""
         raise ValueError(f"{name} must be token ids of shape (B, T), integers (torch.long); got "
                          f"{got}{hint}")  # fmt: skip
+    if vocab_size and ids.device.type == "cpu" and ids.numel():
+        low, high = (int(v) for v in torch.aminmax(ids))
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"{name} holds the id {low if low < 0 else high}, outside the "
+                             f"vocabulary (0 to {vocab_size - 1})")  # fmt: skip
     if memory is None:
         return
     rows, sentences = ids.size(0), memory.size(0)

@@ -69,7 +69,7 @@ class RNNEncoderDecoder(EncoderDecoder):
         Shape:
             returns the annotations (B, S, 2H) and the source padding mask (B, 1, 1, S).
         """
-        check_token_ids(src_ids, "src_ids")
+        check_token_ids(src_ids, "src_ids", vocab_size=self.config.src_vocab_size)
         return self.encoder(src_ids)
 
     def decode_hidden(
@@ -85,7 +85,8 @@ class RNNEncoderDecoder(EncoderDecoder):
         Shape:
             returns the readout after dropout (B, T, E).
         """
-        check_token_ids(tgt_ids, "tgt_ids", memory)
+        vocab = self.config.tgt_vocab_size if cache is None else 0  # a search makes its own
+        check_token_ids(tgt_ids, "tgt_ids", memory, vocab_size=vocab)
         state = cache if cache is not None else RNNState()
         readout, _ = self.decoder(tgt_ids, memory, src_mask, state)  # (B, T, E)
         return self.dropout(readout)

@@ -62,7 +62,7 @@ class Transformer(EncoderDecoder):
         Shape:
             returns memory (B, S, D) and the source padding mask (B, 1, 1, S).
         """
-        check_token_ids(src_ids, "src_ids")
+        check_token_ids(src_ids, "src_ids", vocab_size=self.config.src_vocab_size)
         src_mask = padding_mask(src_ids, PAD_ID)  # (B, 1, 1, S)
         memory, _ = self.encoder(self.src_embed(src_ids), src_mask)
         return memory, src_mask
@@ -91,7 +91,8 @@ class Transformer(EncoderDecoder):
         need_weights: bool,
     ) -> tuple[Tensor, list[DecoderAttention] | None]:
         """Decoder hidden states (B, T, D) with the right self-attention mask."""
-        check_token_ids(tgt_ids, "tgt_ids", memory, self.beams_share_memory)
+        vocab = self.config.tgt_vocab_size if cache is None else 0  # a search makes its own
+        check_token_ids(tgt_ids, "tgt_ids", memory, self.beams_share_memory, vocab)
         if cache is None:
             past: int | Tensor = 0
             tgt_mask = combined_mask(tgt_ids, PAD_ID)  # (B, 1, T, T)
