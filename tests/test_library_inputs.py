@@ -169,3 +169,89 @@ def test_scoring_functions_take_lists_of_strings():
         exact_match(["a"], ["a"], [1])
     assert score_translations(["a b c d"], [["a b c d", "e"]])[0].score == pytest.approx(100)
     assert exact_match(["a", "b"], ["a", "c"], ["x", "x"])[-1].correct == 1
+
+
+# --- the gate: every public parameter that takes texts or token ids is checked ----------------
+def public_sequence_parameters() -> set[tuple[str, str]]:
+    """(function, parameter) of ``transformer.inference``'s public functions and the engines'
+    methods whose annotation takes texts (``list[str]``) or token ids (``list[list[int]]``)."""
+    import inspect
+
+    import transformer.inference as inference
+    from transformer.inference.ctranslate2 import CTranslate2Engine
+    from transformer.inference.engine import TorchEngine
+
+    functions = [(name, getattr(inference, name)) for name in inference.__all__
+                 if inspect.isfunction(getattr(inference, name))]  # fmt: skip
+    for cls in (TorchEngine, CTranslate2Engine):
+        methods = [name for name in dir(cls) if not name.startswith("_")]
+        functions += [(f"{cls.__name__}.{name}", getattr(cls, name)) for name in methods
+                      if inspect.isfunction(getattr(cls, name))]  # fmt: skip
+    kinds = ("list[str]", "list[list[int]]")
+    return {(name, p.name) for name, function in functions
+            for p in inspect.signature(function).parameters.values()
+            if any(kind in str(p.annotation) for kind in kinds)}  # fmt: skip
+
+
+def wrong_calls(torch_engine, ct2_engine) -> dict:
+    """For each (function, parameter): a call with a string where the texts go, or a float
+    where an id goes; each must raise TypeError before any work."""
+    from transformer.inference import (
+        exact_match,
+        score_ids,
+        score_translations,
+        translate,
+        translate_ids,
+        translate_with,
+    )
+
+    t, c, m = torch_engine, ct2_engine, torch_engine.model
+    d, tok, ok = t.decode, t.tokenizers, ["twelve"]
+
+    def nothing(*_):
+        return []
+
+    return {
+        ("exact_match", "hypotheses"): lambda: exact_match("a", ["a"]),
+        ("exact_match", "references"): lambda: exact_match(["a"], "a"),
+        ("exact_match", "groups"): lambda: exact_match(["a"], ["a"], "g"),
+        ("score_translations", "hypotheses"): lambda: score_translations("a", ["a"]),
+        ("score_translations", "references"): lambda: score_translations(["a"], "a"),
+        ("translate", "sentences"): lambda: translate(m, tok, "abc", d),
+        ("translate", "prefixes"): lambda: translate(m, tok, ok, d, "a"),
+        ("translate_texts", "texts"): lambda: translate_texts(t, "abc"),
+        ("translate_texts", "prefixes"): lambda: translate_texts(t, ok, prefixes="a"),
+        ("translate_with", "sentences"): lambda: translate_with(nothing, tok, "abc", 64, d),
+        ("translate_with", "prefixes"): lambda: translate_with(nothing, tok, ok, 64, d, "a"),
+        ("translate_ids", "sentences"): lambda: translate_ids(m, [[5.5, 3]], d),
+        ("translate_ids", "prefixes"): lambda: translate_ids(m, [[5, 3]], d, prefixes=[[5.5]]),
+        ("score_ids", "sources"): lambda: score_ids(m, [[5.5, 3]], [[5]]),
+        ("score_ids", "targets"): lambda: score_ids(m, [[5, 3]], [[5.5]]),
+        ("TorchEngine.translate", "sentences"): lambda: t.translate("abc"),
+        ("TorchEngine.translate", "prefixes"): lambda: t.translate(ok, prefixes="a"),
+        ("TorchEngine.score", "sources"): lambda: t.score("a", ["a"]),
+        ("TorchEngine.score", "targets"): lambda: t.score(ok, "a"),
+        ("CTranslate2Engine.translate", "sentences"): lambda: c.translate("abc"),
+        ("CTranslate2Engine.translate", "prefixes"): lambda: c.translate(ok, prefixes="a"),
+        ("CTranslate2Engine.score", "sources"): lambda: c.score("a", ["a"]),
+        ("CTranslate2Engine.score", "targets"): lambda: c.score(ok, "a"),
+        ("CTranslate2Engine.search_ids", "sentences"): lambda: c.search_ids([[5.5, 3]]),
+        ("CTranslate2Engine.search_ids", "prefixes"): lambda: c.search_ids(
+            [[5, 3]], None, [[5.5]]
+        ),  # fmt: skip
+    }
+
+
+def test_every_public_parameter_taking_texts_or_ids_refuses_a_wrong_one(torch_engine, exported):
+    """The gate: a public function or engine method added with a parameter of texts or ids
+    fails here until a wrong call of it is listed, and that call must be refused (with
+    ``inference/inputs.py``'s checks) rather than translate a string letter by letter."""
+    ct2_engine = load_engine(exported, "ctranslate2", runtime=RuntimeConfig(device="cpu"))
+    calls = wrong_calls(torch_engine, ct2_engine)
+    assert public_sequence_parameters() == set(calls), (
+        "list how to call the new parameter wrongly in wrong_calls"
+    )
+    for where, call in calls.items():
+        with pytest.raises(TypeError, match="must be|ids are integers"):
+            call()
+            print(where, "was not refused")
