@@ -20,6 +20,7 @@ from jsonargparse import ArgumentParser
 from ..config import SECTIONS, RuntimeConfig
 from ..config.files import read_section
 from ..errors import UserError
+from ..inference.inputs import lone_surrogate
 from ..model_dir.layout import WHICH
 from ..serve.config import ServeConfig
 
@@ -94,12 +95,11 @@ def parse(
 def not_utf8(text: str) -> str | None:
     """What in ``text`` is not UTF-8 (e.g. "byte 0xff"), or None. Python hands a command-line
     argument's undecodable byte over as a lone surrogate (surrogateescape): U+DC80 + byte."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        char = ord(text[error.start])
-        return f"byte {char - 0xDC00:#04x}" if 0xDC80 <= char <= 0xDCFF else f"U+{char:04X}"
-    return None
+    at = lone_surrogate(text)
+    if at is None:
+        return None
+    char = ord(text[at])
+    return f"byte {char - 0xDC00:#04x}" if 0xDC80 <= char <= 0xDCFF else f"U+{char:04X}"
 
 
 def section_files(args: list[str], sections: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
