@@ -1,9 +1,12 @@
 """What a library caller hands the engines, checked where it comes in: texts are a list of
-strings, each Unicode text, and a search is a ``DecodeConfig``.
+strings, each Unicode text; token ids are integers inside the vocabulary; a search is a
+``DecodeConfig`` and a runtime a ``RuntimeConfig``.
 
-The command line reads its texts from UTF-8 files, so these checks are for Python callers, for
-whom a mistake otherwise came out as an ``AttributeError`` deep inside, or as silently wrong
-output: a string given for a list of them was translated character by character.
+The command line reads its texts from UTF-8 files and makes its own ids and configs, so these
+checks are for Python callers, for whom a mistake otherwise came out as an ``AttributeError``
+or an ``IndexError`` deep inside, or as silently wrong output: a string given for a list of
+them was translated character by character. ``tests/test_library_inputs.py`` finds every public
+parameter of texts or ids by its signature and fails until a wrong call of it is refused.
 """
 
 from __future__ import annotations
