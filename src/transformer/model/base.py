@@ -61,7 +61,7 @@ def check_token_ids(
     search's K); with ``vocab_size``, on a CPU, every id is below it. A 1-D sentence, a float
     tensor, a batch that did not match or an id past the vocabulary otherwise stopped deep
     inside ("too many indices", "Expected ... Long, Int", a ZeroDivisionError, "index out of
-    range in self"). On a GPU the ids are not read: that would wait for the GPU."""
+    range in self")."""
     if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.is_floating_point() or ids.is_complex():
         got = (f"shape {tuple(ids.shape)}, {str(ids.dtype).removeprefix('torch.')}"
                if isinstance(ids, Tensor) else type(ids).__name__)  # fmt: skip
@@ -69,7 +69,10 @@ def check_token_ids(
         hint = ": a single sentence is ids[None]" if one else ""
         raise ValueError(f"{name} must be token ids of shape (B, T), integers (torch.long); got "
                          f"{got}{hint}")  # fmt: skip
-    if vocab_size and ids.device.type == "cpu" and ids.numel():
+    # the ids are read only where that is free: not on a GPU, which it would wait for, nor in
+    # a graph torch.compile traces, which it would break
+    readable = ids.device.type == "cpu" and not torch.compiler.is_compiling()
+    if vocab_size and readable and ids.numel():
         low, high = (int(v) for v in torch.aminmax(ids))
         if low < 0 or high >= vocab_size:
             raise ValueError(f"{name} holds the id {low if low < 0 else high}, outside the "
