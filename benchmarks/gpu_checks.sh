@@ -11,6 +11,8 @@
 # profile   benchmarks/profile_step.py: where the bf16 `base` step's time goes (host and device)
 # speed     benchmarks/train_speed.py: ours against nn.Transformer, fp32 and bf16, MFU
 # decode    benchmarks/decode_speed.py --device cuda, the compiled step too (runtime.compile)
+# translate benchmarks/translate_speed.py --device cuda at OPUS-MT size: ours, and beside it
+#           generate and CTranslate2 where they are installed (not a default part)
 # multi30k  two minutes of the `multi30k-de-en` config (the `small` preset) on the GPU, bf16,
 #           eager (compiling takes minutes of its own), through the real loop, then evaluate on
 #           test2016: BLEU per minute (needs the corpus in
@@ -82,6 +84,14 @@ for p in $PARTS; do
     decode)
         part decode 300 "cd benchmarks && python decode_speed.py --device cuda --preset base \
             --vocab 32000 --sentences 256 --batch-size 64 --repeats 2 --compile" ;;
+    translate)  # not in the default parts: generate needs transformers, CTranslate2 a CUDA build
+        ENGINES=torch
+        python -c "import transformers" 2>/dev/null && ENGINES=$ENGINES,marian
+        python -c "import ctranslate2, sys; sys.exit(ctranslate2.get_cuda_device_count() == 0)" \
+            2>/dev/null && ENGINES=$ENGINES,ct2-float32
+        part translate 300 "cd benchmarks && python translate_speed.py --device cuda \
+            --size opus-mt --settings fixed --engines $ENGINES --rounds 2 \
+            --markdown $OUT/translate_speed_cuda.md" ;;
     multi30k)
         M30K=${MULTI30K_RUN:-$RUNS/m30k}
         part multi30k 240 "python -m transformer train --out $M30K --config multi30k-de-en \

@@ -64,18 +64,21 @@ def marian_from(model: Transformer):
     return marian
 
 
-def marian_runner(model: Transformer, decode: DecodeConfig, fixed: bool, steps: int):
+def marian_runner(
+    model: Transformer, decode: DecodeConfig, fixed: bool, steps: int,
+    device: torch.device = torch.device("cpu"),  # noqa: B008 (immutable)
+):  # fmt: skip
     """A function that translates sentences (source ids) with ``MarianMTModel.generate`` on
-    ``model``'s weights and returns the best output ids; ``fixed``: every output ``steps``
-    tokens + EOS."""
-    marian = marian_from(model)
+    ``model``'s weights, on ``device``, and returns the best output ids; ``fixed``: every
+    output ``steps`` tokens + EOS."""
+    marian = marian_from(model).to(device)
 
     def run(sentences: list[list[int]]) -> list[list[int]]:
         order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
         found: dict[int, list[int]] = {}
         for rows in [order[i : i + 64] for i in range(0, len(order), 64)]:
             width = max(len(sentences[i]) for i in rows)
-            ids = pad([sentences[i] for i in rows])  # (B, S)
+            ids = pad([sentences[i] for i in rows], device)  # (B, S)
             limit = steps + 1 if fixed else math.floor(decode.max_len_a * width + decode.max_len_b)
             with torch.inference_mode():
                 out = marian.generate(

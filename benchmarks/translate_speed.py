@@ -45,7 +45,11 @@ of the best probe is run again 20 s later (up to 6 times). The table gives the p
 for the passes kept, to show how busy the machine was.
 Peak memory is the peak resident memory above the process's size after its imports (model +
 search). Tokens/s counts output tokens including EOS (26 per sentence in ``fixed``).
-CPU only: there are no GPU rows yet. Writes the tables to ``--markdown``.
+``--device cuda``: every engine on the GPU (ours one batch at a time, its weights not packed,
+which is for CPUs; CTranslate2 with ``device="cuda"``; ``generate`` on the GPU), timed to the
+GPU's end (``torch.cuda.synchronize``), peak memory the GPU memory PyTorch allocated (our
+engine and ``generate``; CTranslate2's own allocator is not seen: 0), and no CPU probe.
+Writes the tables to ``--markdown``.
 """
 
 from __future__ import annotations
@@ -157,13 +161,19 @@ def worker(args: argparse.Namespace) -> dict:
         importlib.import_module(library)  # before the base: the library is not the search
     base = rss_mb()
     run = _runner(args, decode)
+    gpu = args.device.startswith("cuda")
     start = time.perf_counter()
     run(sentences[:WARM_UP])  # lazy initialisations, allocator pools; compiling
     warm_up = time.perf_counter() - start
+    if gpu:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     outputs = run(sentences)
+    if gpu:
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    peak = rss_mb("VmHWM")
+    peak = torch.cuda.max_memory_allocated() / 2**20 + base if gpu else rss_mb("VmHWM")
     if args.setting == "fixed":
         assert all(len(o) == STEPS for o in outputs), "every output must have 25 tokens + EOS"
     return {"engine": args.engine, "search": args.search, "seconds": seconds,
@@ -182,11 +192,13 @@ def _decode(args: argparse.Namespace, beam: int) -> DecodeConfig:
 
 def _runner(args: argparse.Namespace, decode: DecodeConfig):
     """A function that translates sentences (source ids) and returns the best output ids."""
+    device = torch.device(args.device)
     if args.engine.startswith("torch"):
-        model = torch_model(args)
+        model = torch_model(args).to(device)
         if args.engine == "torch-copies":
             model.beams_share_memory = False
-        if args.engine not in ("torch-compiled", "torch-mkl"):  # as `transformer translate`
+        packs = device.type == "cpu" and args.engine not in ("torch-compiled", "torch-mkl")
+        if packs:  # as `transformer translate` on a CPU
             dtype = torch.bfloat16 if args.engine == "torch-bf16" else torch.float
             pack_linear_layers(model, model.output, BLOCK, dtype, model.once_per_batch(), True)
         if args.engine == "torch-compiled":  # the model itself, not a wrapper, is compiled
@@ -199,7 +211,7 @@ def _runner(args: argparse.Namespace, decode: DecodeConfig):
         # torch and torch-compiled: as `transformer translate` runs, batches at once
         # (parallel.py); the others one batch at a time on all the threads
         runtime = RuntimeConfig(threads=args.threads, compile=args.engine == "torch-compiled")
-        threads = decode_threads(runtime, torch.device("cpu"))
+        threads = decode_threads(runtime, device)  # one batch at a time on a GPU
         at_once = ("torch", "torch-mkl", "torch-bf16", "torch-compiled", "torch-copies")
         threads = threads if args.engine in at_once else DecodeThreads()
 
@@ -210,7 +222,7 @@ def _runner(args: argparse.Namespace, decode: DecodeConfig):
         return run
     if args.engine.startswith("ct2"):
         return _ct2_runner(args, decode)
-    return marian_runner(torch_model(args), decode, args.setting == "fixed", STEPS)
+    return marian_runner(torch_model(args), decode, args.setting == "fixed", STEPS, device)
 
 
 def _ct2_runner(args: argparse.Namespace, decode: DecodeConfig):
@@ -226,17 +238,21 @@ def _ct2_runner(args: argparse.Namespace, decode: DecodeConfig):
     folder = Path(args.bench, f"ct2-{quantization}")
     patience = 1.0 if args.engine.endswith("-p1") else PATIENCE
     if args.setting == "run":
-        runtime = RuntimeConfig(device="cpu", threads=args.threads)
+        runtime = RuntimeConfig(device=args.device, threads=args.threads)
         engine = load_ctranslate2(
             folder, runtime=runtime, beam_size=decode.beam_size, batch_size=64
         )
         engine = replace(engine, patience=patience)  # its options again, with this patience
         return lambda sentences: [h[0].tokens for h in engine.search_ids(sentences)]
     # As the ctranslate2 engine runs: a batch per thread at once, batches cut as ours are.
-    ct2_model = ctranslate2.Translator(str(folder), inter_threads=args.threads, intra_threads=1)
+    gpu = args.device.startswith("cuda")
+    ct2_model = ctranslate2.Translator(
+        str(folder), device="cuda" if gpu else "cpu", inter_threads=1 if gpu else args.threads,
+        intra_threads=1, device_index=int(args.device.partition(":")[2] or 0),
+    )  # fmt: skip
     options = translate_batch_options(decode, {PAD_ID: "<pad>", BOS_ID: "<s>"}, patience)
     options |= {"min_decoding_length": STEPS + 1, "max_decoding_length": STEPS + 1}
-    threads = DecodeThreads(inter=args.threads, total=args.threads)
+    threads = DecodeThreads() if gpu else DecodeThreads(inter=args.threads, total=args.threads)
 
     def run(sentences: list[list[int]]) -> list[list[int]]:
         source = [[f"p{i}" if i > EOS_ID else "</s>" for i in s] for s in sentences]
@@ -302,7 +318,9 @@ def measure(args: argparse.Namespace, bench: Path, engines: list[str]) -> tuple[
     (the lower of the probes just before and just after it)."""
     best: dict[tuple[str, str], dict] = {}
     probes = []
-    top = max(cpu_probe(args.threads) for _ in range(3))  # the CPU when nobody else uses it
+    # on a GPU the time is the GPU's: no probe of the CPU (every pass kept, probe 1)
+    probed = cpu_probe if args.device == "cpu" else lambda _threads: 1.0
+    top = max(probed(args.threads) for _ in range(3))  # the CPU when nobody else uses it
     for round_ in range(args.rounds):
         for search in SEARCHES:
             for engine in engines:
@@ -310,11 +328,11 @@ def measure(args: argparse.Namespace, bench: Path, engines: list[str]) -> tuple[
                            "--threads", str(args.threads), "--bench", str(bench),
                            "--worker", engine, search]  # fmt: skip
                 for _ in range(RETRIES):
-                    before = cpu_probe(args.threads)
+                    before = probed(args.threads)
                     done = subprocess.run(command, capture_output=True, text=True)
                     if done.returncode:
                         sys.exit(f"{engine} {search} failed:\n{done.stderr[-3000:]}")
-                    probe = min(before, cpu_probe(args.threads))
+                    probe = min(before, probed(args.threads))
                     top = max(top, before, probe)
                     if probe >= QUIET * top:
                         break
@@ -349,9 +367,11 @@ def table(args: argparse.Namespace, rows: list[dict], probes: list, references: 
             f"{c.tgt_vocab_size}), random weights, "
             "64 sentences of 10-30 tokens, every output 25 tokens + EOS")  # fmt: skip
     threads = f"{args.threads} thread{'s' if args.threads > 1 else ''}"
+    where = (f"CPU probe around the passes {min(probes):.0f}-{max(probes):.0f} GFLOP/s (median "
+             f"{sorted(probes)[len(probes) // 2]:.0f})" if args.device == "cpu"
+             else f"on {args.device}, peak MB: the GPU memory PyTorch allocated")  # fmt: skip
     lines = [f"**{args.setting}**: {what}; {threads}, fastest of {args.rounds} "
-             f"rounds; CPU probe around the passes {min(probes):.0f}-{max(probes):.0f} GFLOP/s "
-             f"(median {sorted(probes)[len(probes) // 2]:.0f}).", "",
+             f"rounds; {where}.", "",
              "| search | engine | seconds | sentences/s | tokens/s | peak MB | speed vs ours "
              "| same as ours | warm-up s |" + (" BLEU |" if tgt else ""),
              "|---|---|---|---|---|---|---|---|---|" + ("---|" if tgt else "")]  # fmt: skip
@@ -397,6 +417,7 @@ def main() -> None:
     parser.add_argument("--settings", help="fixed,run or one of them (default: both with --model)")
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--threads", default="2", help="CPU threads, or a list: 2,1")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N) for GPU rows")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds; the fastest counts")
     parser.add_argument("--preset", default="small", help="fixed: the model's size")
     parser.add_argument("--vocab", type=int, default=8000, help="fixed: vocabulary size")
