@@ -173,12 +173,12 @@ def worker(args: argparse.Namespace) -> dict:
     if gpu:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    peak = torch.cuda.max_memory_allocated() / 2**20 + base if gpu else rss_mb("VmHWM")
+    peak_mb = torch.cuda.max_memory_allocated() / 2**20 if gpu else rss_mb("VmHWM") - base
     if args.setting == "fixed":
         assert all(len(o) == STEPS for o in outputs), "every output must have 25 tokens + EOS"
     return {"engine": args.engine, "search": args.search, "seconds": seconds,
             "sentences": len(sentences), "tokens": sum(len(o) + 1 for o in outputs),
-            "peak_mb": peak - base, "warm_up": warm_up, "outputs": outputs}  # fmt: skip
+            "peak_mb": peak_mb, "warm_up": warm_up, "outputs": outputs}  # fmt: skip
 
 
 def _decode(args: argparse.Namespace, beam: int) -> DecodeConfig:

@@ -110,13 +110,8 @@ class Glossary:
                 raise UserError(f"{term.where}: the target vocabulary cannot spell "
                                 f"{term.target!r}: it holds characters never seen")  # fmt: skip
 
-    @property
-    def pattern(self) -> re.Pattern[str]:
-        """Any source term on word boundaries, the longest first (what ``targets_in`` finds)."""
-        return self._pattern
-
     @cached_property
-    def _pattern(self) -> re.Pattern[str]:
+    def pattern(self) -> re.Pattern[str]:
         """Any source term on word boundaries, the longest first."""
         sources = sorted((term.source for term in self.terms), key=len, reverse=True)
         return re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, sources)) + r")(?!\w)")
@@ -128,7 +123,7 @@ class Glossary:
     def targets_in(self, sentence: str) -> list[str]:
         """The target terms ``sentence``'s translation must contain: one per occurrence of a
         source term, in the order they occur."""
-        return [self._targets[found.group()] for found in self._pattern.finditer(sentence)]
+        return [self._targets[found.group()] for found in self.pattern.finditer(sentence)]
 
 
 def glossary_of(value: Glossary | Iterable[Iterable[str]] | None) -> Glossary | None:

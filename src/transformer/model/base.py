@@ -82,11 +82,7 @@ def check_token_ids(
     rows, sentences = ids.size(0), memory.size(0)
     fits = rows % sentences == 0 if beams and sentences else rows == sentences
     if not fits:
-        per = (
-            "one row per sentence (or K per sentence: a beam search's beams)"
-            if beams
-            else "one row per sentence"
-        )
+        per = "one row per sentence" + (" (or K per sentence: a beam search's beams)" * beams)
         raise ValueError(f"{name} has {rows} rows for {sentences} sentences of the encoder's "
                          f"output; give {per}")  # fmt: skip
 
