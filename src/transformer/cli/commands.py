@@ -57,10 +57,27 @@ class Command:
     skip: frozenset[str] = frozenset()  # keys of its sections it has no use for
 
 
-# What only training uses: a command that does not train neither offers nor accepts these.
-TRAINING_ONLY = frozenset({"runtime.compile", "runtime.timeout_minutes"})
-# translate, evaluate and serve can compile their decoding (inference/compiled.py)
-DECODING = frozenset({"runtime.timeout_minutes"})
+# A command neither offers nor accepts a config key it has no use for: an option taken and then
+# ignored would answer as if it had been honoured (tests/test_cli.py holds the table).
+
+
+def _keys(section: str, *names: str) -> frozenset[str]:
+    return frozenset(f"{section}.{name}" for name in names)
+
+
+TRAINING = _keys("runtime", "timeout_minutes", "loss_chunk")  # what only training uses
+# training, and the decoding of many batches (inference/compiled.py)
+COMPILED = _keys("runtime", "compile")
+MANY_BATCHES = _keys("runtime", "inter_threads")  # batches decoded at once (inference/parallel.py)
+# one sentence's search: no batches
+ONE_SENTENCE = MANY_BATCHES | _keys("decode", "batch_size", "max_source_tokens")
+# a translation's text only: one a sentence, no alignments
+TEXT_ONLY = _keys("decode", "nbest", "alignment", "alignment_method")
+SAMPLES = _keys("decode", "temperature", "top_k", "top_p")  # sampling's options
+# what a search is: a score (teacher-forced) searches for nothing
+LIMITS = _keys("decode", "max_len_a", "max_len_b", "min_len")
+RULES = _keys("decode", "beam_size", "sampling", "no_repeat_ngram", "repetition_penalty")
+SEARCH = TEXT_ONLY | SAMPLES | LIMITS | RULES
 
 
 COMMANDS = {
@@ -72,22 +89,23 @@ COMMANDS = {
                      "options; on --resume the saved config replaces --config."),
     "demo": Command("train a built-in model (number words, or French to English) and score it",
                     ("runtime",),
-                    demo_options, demo_command, skip=frozenset({"runtime.timeout_minutes"})),
+                    demo_options, demo_command,
+                    skip=_keys("runtime", "timeout_minutes") | MANY_BATCHES),
     "translate": Command("translate sentences (stdin, a file, or interactively)",
                          ("decode", "runtime"),
                          translate_options, translate_command,
                          "One sentence per line. Empty lines stay empty; a line longer than the "
                          "model accepts is truncated with a warning on stderr. Search options "
-                         "default to the model's decode config.", skip=DECODING),
+                         "default to the model's decode config.", skip=TRAINING),
     "evaluate": Command("translate a test set and score it with sacreBLEU", ("decode", "runtime"),
-                        evaluate_options, evaluate_command, skip=DECODING),
+                        evaluate_options, evaluate_command, skip=TRAINING | TEXT_ONLY),
     "score": Command("the model's log-probability of given translations", ("decode", "runtime"),
                      score_options, score_command,
                      "Scores each line of --ref as a translation of the same line of --src, "
                      "teacher-forced: one line per pair, tab-separated: the total log-probability "
                      "(pieces and </s>), per token, and divided by the GNMT length penalty "
                      "(--decode.length_penalty), the score beam search ranks by.",
-                     skip=TRAINING_ONLY),
+                     skip=TRAINING | COMPILED | MANY_BATCHES | SEARCH),
     "serve": Command("serve translations over HTTP, with a web page",
                      ("serve", "decode", "runtime"), serve_options, serve_command,
                      "Serves MODEL_DIR on http://127.0.0.1:8000 (--host, --port): POST /translate, "
@@ -95,7 +113,7 @@ COMMANDS = {
                      "/openapi.json and a web page at /. Another address than loopback needs an "
                      "API key (--api-key or $TRANSFORMER_API_KEY). Concurrent requests are "
                      "decoded together; --decode.* sets the default search. SIGTERM or Ctrl-C "
-                     "finishes the requests in flight, then exits 0.", skip=DECODING),
+                     "finishes the requests in flight, then exits 0.", skip=TRAINING),
     "export": Command("export a model for deployment (CTranslate2, optionally int8) or to the "
                       "Hugging Face format", (), export_options, export_command,
                       "Writes the checkpoint as a CTranslate2 model into OUT, with its "
@@ -117,18 +135,23 @@ COMMANDS = {
                        "Without MODEL_DIR: the lecture notes' worked examples in the terminal "
                        "(--topic). With MODEL_DIR SENTENCE --html OUT: SENTENCE through the "
                        "model, step by step in the notes' terms, with the model's own numbers, "
-                       "as one self-contained HTML file (an existing OUT only with --force)."),
+                       "as one self-contained HTML file (an existing OUT only with --force).",
+                       # sampling stays, refused in one line: the view shows a beam search
+                       skip=TRAINING | COMPILED | ONE_SENTENCE | SAMPLES
+                       | _keys("decode", "alignment", "alignment_method")),
     "attention": Command("heatmaps of every attention layer and head for one sentence",
                          ("decode", "runtime"), attention_options, attention_command,
                          "Translates SENTENCE and draws the encoder self-attention, decoder masked "
                          "self-attention and encoder-decoder attention of every layer and head "
                          "(rows: queries, columns: keys), head-averaged alignments and "
-                         "positional-encoding plots.", skip=TRAINING_ONLY),
+                         "positional-encoding plots.",
+                         skip=TRAINING | COMPILED | ONE_SENTENCE | TEXT_ONLY),
     "compare": Command("trained runs side by side: BLEU by sentence length, speed, size",
                        ("decode", "runtime"), compare_options, compare_command,
                        "Translates the test split shared by RUNS and writes into --out a report "
                        "(report.md, PNG and SVG plots, compare.json): BLEU by source-length "
                        "bucket, training tokens per second and seconds per epoch (from each run's "
                        "metrics.jsonl), the time of a forward pass against sentence length, and "
-                       "parameters. --decode.* options apply to every run.", skip=TRAINING_ONLY),
+                       "parameters. --decode.* options apply to every run.",
+                       skip=TRAINING | COMPILED | TEXT_ONLY),
 }  # fmt: skip

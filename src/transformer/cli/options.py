@@ -86,8 +86,13 @@ def parse(
             raise UserError(f"{option} is not valid UTF-8 ({wrong})")
     config = {section: given[section] for section in COMMAND_SECTIONS if section in given}
     for section, path in files.items():  # the options given go on top of the file's keys
-        config[section] = {**read_section(path, section, COMMAND_SECTIONS[section]),
-                           **config.get(section, {})}  # fmt: skip
+        found = read_section(path, section, COMMAND_SECTIONS[section])
+        unused = [key for key in found if key != "preset"
+                  and f"--{section}.{key}" not in option_names(parser)]  # fmt: skip
+        if unused:  # a key the command does not take as an option (commands.py: skip)
+            raise UserError(f"{path}: this command has no use for {section}.{unused[0]}: "
+                            "leave it out")  # fmt: skip
+        config[section] = {**found, **config.get(section, {})}
     own = {key: value for key, value in everything.items() if key not in COMMAND_SECTIONS}
     return argparse.Namespace(**own), config
 
@@ -141,8 +146,12 @@ def unknown_option(args: list[str], parser: ArgumentParser) -> str | None:
         given = arg.partition("=")[0]
         if not arg.startswith("--") or given in known:
             continue
+        section, _, key = given[2:].partition(".")
+        cls = COMMAND_SECTIONS.get(section)
+        if cls is not None and key in {f.name for f in fields(cls)}:  # commands.py's skip
+            return f"this command has no use for {given}: leave it out (see --help)"
         by_name = {option.rpartition(".")[2].lstrip("-"): option for option in known}
-        name = given.lstrip("-").replace("-", "_")
+        name = given.rpartition(".")[2].lstrip("-").replace("-", "_")  # the key's own name
         close = difflib.get_close_matches(name, by_name, n=1)
         suggestion = by_name[close[0]] if close else next(
             iter(difflib.get_close_matches(given, known, n=1)), None)  # fmt: skip

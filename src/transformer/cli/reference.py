@@ -37,6 +37,12 @@ checked where it is set (type, finiteness, range) and an unknown key is an error
 The `model`, `data`, `train`, `decode` and `runtime` sections are saved with every checkpoint;
 `translate`, `evaluate`, `attention` and `serve` take `decode` (on top of the model's own) and
 `runtime` from the command line. `serve` is the service's own section, never saved.
+A command offers only the keys it has a use for and refuses the others by name
+(`transformer COMMAND --help` lists its own): `runtime.loss_chunk` and
+`runtime.timeout_minutes` are training's; `score` searches for nothing, so it takes no search
+option (`decode.length_penalty`, the batch limits and `decode.target_language` only);
+`evaluate`, `compare` and `attention` use one translation's text, so no `decode.nbest` or
+alignments; `attention` and `explain` translate one sentence, so no batch options.
 """
 
 SECTION_NOTES = {
