@@ -13,6 +13,7 @@ from transformer.cli import commands, config_from_args, main
 from transformer.cli.main import COMMANDS, build_parser
 from transformer.cli.options import parse
 from transformer.config import SECTIONS, ModelConfig, load_config
+from transformer.model_dir.checkpoints import resolve_checkpoint
 
 from helpers import cli, cli_process
 
@@ -239,3 +240,21 @@ def test_missing_arguments_are_named_as_the_help_names_them(args, named, capsys)
     code, out, err = cli(args, capsys)
     assert code == 2 and out == "" and err.count("\n") == 1
     assert f"the following arguments are required: {named} (see --help)" in err, err
+
+
+def test_checkpoint_is_refused_where_it_would_be_ignored(numbers_model, tmp_path, capsys):
+    one = resolve_checkpoint(numbers_model, "last")  # a checkpoint folder: its weights, no choice
+    source = str(tmp_path / "in.txt")
+    (tmp_path / "in.txt").write_text("twelve\n")
+    for args in (["translate", str(one), "-i", source], ["info", str(one)],
+                 ["compare", str(numbers_model), str(one), "--out", str(tmp_path / "R")],
+                 ["explain"], ["info"]):  # fmt: skip
+        code, _, err = cli([*args, "--checkpoint", "best"], capsys)
+        assert code == 2 and "--checkpoint best picks a checkpoint of a model directory" in err
+        assert "leave --checkpoint out" in err
+    assert not (tmp_path / "R").exists()
+    code, out, _ = cli(["translate", str(one), "-i", source], capsys)  # without it: that one
+    assert code == 0 and out.strip()
+    code, out_last, _ = cli(["translate", str(numbers_model), "-i", source, "--checkpoint",
+                             "last"], capsys)  # fmt: skip
+    assert code == 0 and out_last == out

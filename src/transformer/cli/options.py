@@ -14,6 +14,7 @@ import argparse
 import difflib
 import re
 from dataclasses import fields
+from pathlib import Path
 
 from jsonargparse import ArgumentParser
 
@@ -21,7 +22,7 @@ from ..config import SECTIONS, RuntimeConfig
 from ..config.files import read_section
 from ..errors import UserError
 from ..inference.inputs import lone_surrogate
-from ..model_dir.layout import WHICH
+from ..model_dir.layout import WHICH, folder_kind, is_checkpoint_folder
 from ..serve.config import ServeConfig
 
 # Every section a command can take: the run's, and the service's (never saved with a run).
@@ -94,6 +95,9 @@ def parse(
                             "leave it out")  # fmt: skip
         config[section] = {**found, **config.get(section, {})}
     own = {key: value for key, value in everything.items() if key not in COMMAND_SECTIONS}
+    if "checkpoint" in own:
+        folders = own.get("runs") or [own.get("model_dir")]
+        own["checkpoint"] = checkpoint_choice(own["checkpoint"], [f for f in folders if f])
     return argparse.Namespace(**own), config
 
 
@@ -189,8 +193,30 @@ def runtime_of(given: dict[str, dict]) -> RuntimeConfig:
 
 def model_options(p: ArgumentParser) -> None:
     p.add_argument("model_dir", help="model directory (or one of its checkpoint folders)")
-    p.add_argument("--checkpoint", default="best", choices=WHICH,
-                   help="which checkpoint of a model directory")  # fmt: skip
+    checkpoint_option(p)
+
+
+def checkpoint_option(p: ArgumentParser, of: str = "a model directory") -> None:
+    """``--checkpoint best|last`` (not given: None, which ``parse`` makes best)."""
+    p.add_argument("--checkpoint", choices=WHICH,
+                   help=f"which checkpoint of {of} (default: best)")  # fmt: skip
+
+
+def checkpoint_choice(which: str | None, folders: list[str]) -> str:
+    """``--checkpoint``, best when not given. Given with a folder that is one checkpoint already,
+    or an export, it would be ignored: refused, naming the folder."""
+    if which is None:
+        return "best"
+    if not folders:
+        raise UserError(f"--checkpoint {which} picks a checkpoint of a model directory, and "
+                        "none is given: leave --checkpoint out")  # fmt: skip
+    for folder in folders:
+        kind = "an export" if folder_kind(folder) == "export" else (
+            "one checkpoint" if is_checkpoint_folder(Path(folder)) else None)  # fmt: skip
+        if kind:
+            raise UserError(f"--checkpoint {which} picks a checkpoint of a model directory, and "
+                            f"{folder} is {kind}: leave --checkpoint out")  # fmt: skip
+    return which
 
 
 def engine_options(p: ArgumentParser) -> None:

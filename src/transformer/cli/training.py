@@ -10,15 +10,14 @@ from jsonargparse import ArgumentParser
 
 from ..config import RunConfig, builtin_configs, load_config
 from ..errors import UserError
-from ..model_dir.layout import WHICH
+from .options import checkpoint_option
 
 
 def info_options(p: ArgumentParser) -> None:
     p.add_argument("model_dir", nargs="?", help="a model directory (or one of its checkpoint "
                    "folders) to describe; without it, the model the options describe")  # fmt: skip
     p.add_argument("--model.preset", help="tiny, small, base (default) or big")
-    p.add_argument("--checkpoint", default="best", choices=WHICH,
-                   help="which checkpoint of a model directory")  # fmt: skip
+    checkpoint_option(p)
 
 
 def info_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:

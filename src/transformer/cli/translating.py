@@ -14,9 +14,8 @@ from jsonargparse import ArgumentParser
 
 from ..errors import UserError
 from ..files import STDOUT, check_output, check_replaceable
-from ..model_dir.layout import WHICH
 from ..serve.config import ServeConfig
-from .options import engine_options, model_options, runtime_of
+from .options import checkpoint_option, engine_options, model_options, runtime_of
 
 if TYPE_CHECKING:
     from ..inference.glossary import Glossary
@@ -170,8 +169,7 @@ def explain_options(p: ArgumentParser) -> None:
     p.add_argument("model_dir", nargs="?", help="a model directory: step SENTENCE through it "
                    "and write the view to --html (none: the notes' worked examples)")  # fmt: skip
     p.add_argument("sentence", nargs="?", help="the source sentence to step through")
-    p.add_argument("--checkpoint", default="best", choices=WHICH,
-                   help="which checkpoint of a model directory")  # fmt: skip
+    checkpoint_option(p)
     p.add_argument("--html", help="write the step-through view here: one HTML file, offline")
     p.add_argument("--force", action="store_true", help="replace the --html file if it exists "
                    "(never one inside a model's folder)")  # fmt: skip
@@ -234,8 +232,7 @@ def compare_options(p: ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", help="the training runs (model directories) to compare")
     p.add_argument("--out", required=True, help="the report's folder: new, empty, or an earlier "
                    "report (replaced)")  # fmt: skip
-    p.add_argument("--checkpoint", default="best", choices=WHICH,
-                   help="which checkpoint of each run")  # fmt: skip
+    checkpoint_option(p, "each run")
 
 
 def compare_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
