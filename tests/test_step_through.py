@@ -349,6 +349,7 @@ def test_the_command_without_a_model_still_shows_the_notes(numbers_model, capsys
     assert code == 0 and "softmax" in said
     for args, words in ((["explain", str(numbers_model)], "SENTENCE --html OUT"),
                         (["explain", "--html", "x.html"], "need MODEL_DIR"),
+                        (["explain", "--force"], "need MODEL_DIR"),  # it was ignored
                         (["explain", str(numbers_model), SENTENCE, "--html", "x.html",
                           "--topic", "masks"], "--topic")):  # fmt: skip
         code, _, err = cli(args, capsys)

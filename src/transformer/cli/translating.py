@@ -179,8 +179,8 @@ def explain_options(p: ArgumentParser) -> None:
 
 def explain_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     if ns.model_dir is None:
-        if ns.html or given:
-            raise UserError("--html and the search options need MODEL_DIR and SENTENCE: "
+        if ns.html or ns.force or given:
+            raise UserError("--html, --force and the search options need MODEL_DIR and SENTENCE: "
                             "transformer explain MODEL_DIR SENTENCE --html OUT")  # fmt: skip
         from ..inspect.explain import explain
 
