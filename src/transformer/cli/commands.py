@@ -71,8 +71,9 @@ COMPILED = _keys("runtime", "compile")
 MANY_BATCHES = _keys("runtime", "inter_threads")  # batches decoded at once (inference/parallel.py)
 # one sentence's search: no batches
 ONE_SENTENCE = MANY_BATCHES | _keys("decode", "batch_size", "max_source_tokens")
+ALIGNMENTS = _keys("decode", "alignment", "alignment_method")
 # a translation's text only: one a sentence, no alignments
-TEXT_ONLY = _keys("decode", "nbest", "alignment", "alignment_method")
+TEXT_ONLY = _keys("decode", "nbest") | ALIGNMENTS
 SAMPLES = _keys("decode", "temperature", "top_k", "top_p")  # sampling's options
 # what a search is: a score (teacher-forced) searches for nothing
 LIMITS = _keys("decode", "max_len_a", "max_len_b", "min_len")
@@ -137,8 +138,7 @@ COMMANDS = {
                        "model, step by step in the notes' terms, with the model's own numbers, "
                        "as one self-contained HTML file (an existing OUT only with --force).",
                        # sampling stays, refused in one line: the view shows a beam search
-                       skip=TRAINING | COMPILED | ONE_SENTENCE | SAMPLES
-                       | _keys("decode", "alignment", "alignment_method")),
+                       skip=TRAINING | COMPILED | ONE_SENTENCE | SAMPLES | ALIGNMENTS),
     "attention": Command("heatmaps of every attention layer and head for one sentence",
                          ("decode", "runtime"), attention_options, attention_command,
                          "Translates SENTENCE and draws the encoder self-attention, decoder masked "

@@ -86,10 +86,10 @@ def parse(
             option = f"--{key}" if f"--{key}" in option_names(parser) else key.upper()
             raise UserError(f"{option} is not valid UTF-8 ({wrong})")
     config = {section: given[section] for section in COMMAND_SECTIONS if section in given}
+    known = set(option_names(parser))
     for section, path in files.items():  # the options given go on top of the file's keys
         found = read_section(path, section, COMMAND_SECTIONS[section])
-        unused = [key for key in found if key != "preset"
-                  and f"--{section}.{key}" not in option_names(parser)]  # fmt: skip
+        unused = [key for key in found if key != "preset" and f"--{section}.{key}" not in known]
         if unused:  # a key the command does not take as an option (commands.py: skip)
             raise UserError(f"{path}: this command has no use for {section}.{unused[0]}: "
                             "leave it out")  # fmt: skip
