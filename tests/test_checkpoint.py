@@ -106,6 +106,15 @@ def test_model_directory_resolves_best_then_last(tmp_path):
     ckpt.update_index(checkpoints, best="step_00000001")
     assert ckpt.resolve_checkpoint(tmp_path).name == "step_00000001"
     assert ckpt.resolve_checkpoint(tmp_path, "last").name == "step_00000002"
+    one = checkpoints / "step_00000001"  # a checkpoint folder is itself; a choice is refused
+    assert ckpt.resolve_checkpoint(one) == one
+    for which in ("best", "last"):
+        with pytest.raises(
+            ValueError,
+            match=f"checkpoint '{which}' picks a checkpoint of a "
+            "model directory, and .*step_00000001 is one checkpoint already",
+        ):
+            ckpt.load_checkpoint(one, which)
 
 
 def test_prune_keeps_the_newest_and_the_indexed(tmp_path):

@@ -34,7 +34,7 @@ from transformer.inference.ctranslate2 import (
     load_ctranslate2,
     translate_batch_options,
 )
-from transformer.inference.engine import load_torch_engine
+from transformer.inference.engine import load_engine, load_torch_engine
 from transformer.inference.evaluate import score_translations
 from transformer.inference.jobs import evaluate
 from transformer.model import Transformer
@@ -423,6 +423,10 @@ def test_loading_an_export_leaves_torch_its_threads(numbers_model, tmp_path):
         torch.set_num_threads(threads)
     # the served model's parameter count: that of the model it was exported from
     assert engine.parameters == load_torch_engine(numbers_model).parameters
+    # an export is one checkpoint: a library call naming one is refused, not ignored
+    with pytest.raises(ValueError, match="checkpoint 'last' picks a checkpoint of a model "
+                       r"directory, and .*ct2 is an export"):  # fmt: skip
+        load_engine(tmp_path / "ct2", "ctranslate2", "last")
 
 
 @needs_ct2

@@ -202,11 +202,12 @@ def checkpoint_option(p: ArgumentParser, of: str = "a model directory") -> None:
                    help=f"which checkpoint of {of} (default: best)")  # fmt: skip
 
 
-def checkpoint_choice(which: str | None, folders: list[str]) -> str:
-    """``--checkpoint``, best when not given. Given with a folder that is one checkpoint already,
-    or an export, it would be ignored: refused, naming the folder."""
+def checkpoint_choice(which: str | None, folders: list[str]) -> str | None:
+    """``--checkpoint``, None (a model directory's best) when not given. Given with a folder
+    that is one checkpoint already, or an export, it would be ignored: refused, naming the
+    folder."""
     if which is None:
-        return "best"
+        return None
     if not folders:
         raise UserError(f"--checkpoint {which} picks a checkpoint of a model directory, and "
                         "none is given: leave --checkpoint out")  # fmt: skip

@@ -90,7 +90,10 @@ def save_model(
 
 
 def export_model(
-    model_dir: str | Path, out: str | Path, quantization: str = "float32", checkpoint: str = "best"
+    model_dir: str | Path,
+    out: str | Path,
+    quantization: str = "float32",
+    checkpoint: str | None = None,
 ) -> ExportInfo:
     """What ``transformer export MODEL_DIR --to ctranslate2 OUT`` does.
 
@@ -99,7 +102,8 @@ def export_model(
         out: the export's folder: missing, empty or an earlier export (replaced).
         quantization: the weights' type in the export: float32, int8 (int8 weights, computed
             in int8 with float32 elsewhere), int8_float32 or bfloat16.
-        checkpoint: ``best`` or ``last`` of a model directory.
+        checkpoint: ``best`` or ``last`` of a model directory (None: best; None for a
+            checkpoint folder).
     """
     out = Path(out)
     import_ctranslate2()  # before any work: without it, say how to install it

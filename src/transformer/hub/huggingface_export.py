@@ -47,13 +47,16 @@ FORMAT = HF_FORMAT
 VOCABULARY_TENSORS = ("src_embed.tokens.weight", "tgt_embed.tokens.weight", "output.weight")
 
 
-def export_huggingface(model_dir: str | Path, out: str | Path, checkpoint: str = "best") -> Path:
+def export_huggingface(
+    model_dir: str | Path, out: str | Path, checkpoint: str | None = None
+) -> Path:
     """Writes a model directory's checkpoint as a Hugging Face Marian folder ``out``.
 
     Args:
         model_dir: a model directory or one of its checkpoint folders.
         out: the export's folder: missing, empty or an earlier export (replaced).
-        checkpoint: ``best`` or ``last`` of a model directory.
+        checkpoint: ``best`` or ``last`` of a model directory (None: best; None for a
+            checkpoint folder).
     Returns:
         the checkpoint folder it was exported from.
     """

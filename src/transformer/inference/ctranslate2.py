@@ -67,7 +67,7 @@ from ..config import DecodeConfig, RunConfig, RuntimeConfig
 from ..data.batching import pad
 from ..data.tokenizer import Tokenizers
 from ..device import check_threads, cores, torch_on_one_thread
-from ..errors import UserError
+from ..errors import BadValue, UserError
 from ..export.folder import MARKER, is_export, read_export, save_model
 from ..export.spec import import_ctranslate2
 from ..model.build import parameter_count, require_transformer
@@ -301,7 +301,7 @@ class CTranslate2Engine:
 
 def load_ctranslate2(
     model_dir: str | Path,
-    checkpoint: str = "best",
+    checkpoint: str | None = None,
     runtime: RuntimeConfig = RuntimeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     **search: object,
 ) -> CTranslate2Engine:
@@ -325,6 +325,9 @@ def load_ctranslate2(
     check_threads(runtime.inter_threads, "inter_threads")
     path = Path(model_dir)
     if is_export(path):
+        if checkpoint is not None:  # an export is one checkpoint's weights already
+            raise BadValue(f"checkpoint {checkpoint!r} picks a checkpoint of a model "
+                            f"directory, and {path} is an export: leave it out")  # fmt: skip
         info = read_export(path)
         config, heads = info.config, info.alignment_heads
         tokenizers = Tokenizers.load(path, config.model.vocab_sizes, str(path / MARKER))

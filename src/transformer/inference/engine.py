@@ -146,12 +146,13 @@ ENGINES = ("torch", "ctranslate2")
 
 def load_torch_engine(
     model_dir: str | Path,
-    checkpoint: str = "best",
+    checkpoint: str | None = None,
     runtime: RuntimeConfig = RuntimeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     **search: object,
 ) -> TorchEngine:
-    """A model directory (or checkpoint folder) on the runtime's device (not the one it was
-    trained on), with ``search`` options (DecodeConfig fields) on top of its saved decode
+    """A model directory (its ``checkpoint``: best or last, None for best) or a checkpoint
+    folder (``checkpoint`` None) on the runtime's device (not the one it was trained on), with
+    ``search`` options (DecodeConfig fields) on top of its saved decode
     config; an ``nbest`` larger than the beam widens it."""
     check_runtime(runtime)
     device = prepare_runtime(runtime)
@@ -184,7 +185,7 @@ def load_torch_engine(
 def load_engine(
     model_dir: str | Path,
     engine: str = "torch",
-    checkpoint: str = "best",
+    checkpoint: str | None = None,
     runtime: RuntimeConfig = RuntimeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     **search: object,
 ) -> Engine:

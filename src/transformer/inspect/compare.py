@@ -197,7 +197,7 @@ def forward_times(
 
 def compare_runs(
     paths: list[Path] | list[str],
-    checkpoint: str = "best",
+    checkpoint: str | None = None,
     runtime: RuntimeConfig = RuntimeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     search: dict | None = None,
     lengths: tuple[int, ...] = LENGTHS,

@@ -144,16 +144,22 @@ class Loaded:
     path: Path
 
 
-def resolve_checkpoint(path: Path, which: str = "best") -> Path:
-    """A checkpoint folder from a model directory (via index.json) or a checkpoint folder.
+def resolve_checkpoint(path: Path, which: str | None = None) -> Path:
+    """A checkpoint folder from a model directory (via index.json, ``which`` of its checkpoints:
+    best or last, None for best) or a checkpoint folder (itself: ``which`` must be None, as a
+    given one would be ignored).
 
     Without a usable index (missing, unreadable, or pointing at a folder that is gone) the
     newest complete ``step_*`` folder is used, with a warning.
     """
-    if which not in WHICH:  # "first" quietly loaded the last
+    if which is not None and which not in WHICH:  # "first" quietly loaded the last
         raise BadValue(f"checkpoint {which!r}: choose one of {', '.join(WHICH)}")
     if (path / WEIGHTS).exists():
+        if which is not None:  # "last" of one checkpoint quietly loaded that one
+            raise BadValue(f"checkpoint {which!r} picks a checkpoint of a model directory, and "
+                           f"{path} is one checkpoint already: leave it out")  # fmt: skip
         return path
+    which = which or "best"
     if not path.exists():
         raise UserError(f"model directory not found: {path}")
     checkpoints = path / CHECKPOINTS
@@ -175,7 +181,9 @@ def read_config(folder: Path) -> RunConfig:
     return build_config(read_json(path), str(path))
 
 
-def load_checkpoint(path: Path, which: str = "best", device: torch.device | str = "cpu") -> Loaded:
+def load_checkpoint(
+    path: Path, which: str | None = None, device: torch.device | str = "cpu"
+) -> Loaded:
     """Loads a model (in eval mode) from a model directory or a checkpoint folder.
 
     The weights are read on the CPU and then moved to ``device`` (a map_location), so a

@@ -41,7 +41,7 @@ from .middleware import access_log
 
 def serve(
     model_dir: str | Path,
-    checkpoint: str = "best",
+    checkpoint: str | None = None,
     config: ServeConfig = ServeConfig(),  # noqa: B008 (frozen, so sharing it is safe)
     runtime: RuntimeConfig = RuntimeConfig(),  # noqa: B008
     decode: dict | None = None,

@@ -184,7 +184,7 @@ def starting_point(config: RunConfig) -> tuple[ModelConfig, Tokenizers]:
     starting model has is an error that names it, not silently dropped."""
     if folder_kind(Path(str(config.train.init_from))) == "export":  # weights laid out otherwise
         raise export_refusal(Path(str(config.train.init_from)), "train.init_from")
-    folder = resolve_checkpoint(Path(str(config.train.init_from)), "best")
+    folder = resolve_checkpoint(Path(str(config.train.init_from)))
     start = read_config(folder).model
     default = ModelConfig()
     for key, asked in asdict(config.model).items():
