@@ -142,6 +142,22 @@ def test_evaluate_prints_bleu_and_chrf_with_signatures(numbers_model, tmp_path, 
     )
     assert re.search(r"^BLEU lowercase = .*case:lc", out, re.M)
     assert len(hyp.read_text().split("\n")[:-1]) == 2
+    # lines of one and two words: BLEU is 0 whatever they are, and the report says so, once
+    assert out.count("note: BLEU is 0 whatever the words: no hypothesis has 4 tokens") == 1
+
+
+def test_bleu_says_why_it_is_0_where_no_hypothesis_has_four_tokens():
+    from transformer.inference import score_translations
+
+    right = ["un", "deux trois", "quatre cinq six"]  # every hypothesis right, none of 4 tokens
+    bleu, chrf = score_translations(right, right)
+    assert bleu.score == 0.0 and chrf.score == pytest.approx(100.0)
+    assert "no hypothesis has 4 tokens or more" in bleu.note and chrf.note == ""
+    wrong = ["un deux trois quatre", "x"]  # one of 4 tokens: BLEU above 0, nothing to say
+    bleu, _ = score_translations(wrong, ["un deux trois cinq", "x"])
+    assert bleu.score > 0 and bleu.note == ""
+    bleu, _ = score_translations(["a b c d"], ["w x y z"])  # 4 tokens, none right: a true 0
+    assert bleu.score == 0.0 and bleu.note == ""
 
 
 def test_evaluate_scores_a_source_with_several_translations_against_all_of_them(

@@ -21,6 +21,7 @@ class Score:
     name: str
     score: float
     signature: str
+    note: str = ""  # what the score cannot see, where it says 0 for that reason
 
     def __str__(self) -> str:
         return f"{self.name} = {self.score:.2f}   ({self.signature})"
@@ -48,6 +49,13 @@ def score_translations(
     for name, metric in metrics:
         result = metric.corpus_score(hypotheses, streams)
         scores.append(Score(name, result.score, str(metric.get_signature())))
+        if isinstance(metric, BLEU) and result.totals[-1] == 0 and hypotheses:
+            # the 4-gram precision is 0 / 0, which BLEU's geometric mean makes 0: a set of
+            # right translations of one to three words each scores BLEU 0
+            scores[-1].note = ("BLEU is 0 whatever the words: no hypothesis has "
+                               f"{metric.max_ngram_order} tokens or more, and BLEU multiplies the "
+                               f"precisions of 1- to {metric.max_ngram_order}-grams; chrF "
+                               "measures lines this short")  # fmt: skip
     return scores
 
 

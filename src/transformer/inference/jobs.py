@@ -240,6 +240,8 @@ class Evaluation:
         if self.exact is not None:
             out.append(f"by class ({self.note}):" if self.note else "by class:")
             out += [f"  {row}" for row in self.exact]
+        every = self.scores + (self.multi_reference or [])
+        out += [f"note: {note}" for note in dict.fromkeys(s.note for s in every if s.note)]
         return [*out, f"hypotheses: {self.hypotheses}"]
 
 
