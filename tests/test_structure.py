@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -380,3 +381,42 @@ def test_every_json_parse_goes_through_the_reader():
 def test_a_json_parse_would_be_found():
     source = "import json as j\nfrom json import load\nj.loads(b)\nload(f)\nx.loads(y)\n"
     assert json_parses(source) == [3, 4]
+
+
+def checkpoint_defaults(source: str) -> dict[str, str]:
+    """Each function of ``source`` that takes a ``checkpoint`` (a model directory's best or
+    last): its name and that parameter's default, as written ("" where it has none)."""
+    found = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            defaults = [None] * (len(node.args.posonlyargs + node.args.args)
+                                 - len(node.args.defaults)) + node.args.defaults  # fmt: skip
+            defaults += node.args.kw_defaults
+            for arg, default in zip(args, defaults, strict=True):
+                if arg.arg == "checkpoint":
+                    found[node.name] = "" if default is None else ast.unparse(default)
+    return found
+
+
+def test_a_checkpoint_parameter_defaults_to_none():
+    # None is "not given": a model directory's best, and the only choice a checkpoint folder or
+    # an export takes. A default of "best" cannot tell a given "best" from none, and a library
+    # call loading a checkpoint folder with checkpoint="last" got the folder's weights silently.
+    found = {}
+    for module, path in MODULES.items():
+        for function, default in checkpoint_defaults(path.read_text("utf-8")).items():
+            found[f"{module}.{function}"] = default
+    assert len(found) >= 7, found  # the engines' loaders, the exports, the server, compare
+    assert {name: default for name, default in found.items() if default != "None"} == {}
+    from transformer.model_dir import checkpoints  # where both call it ``which``
+
+    for function in (checkpoints.resolve_checkpoint, checkpoints.load_checkpoint):
+        assert inspect.signature(function).parameters["which"].default is None
+
+
+def test_a_checkpoint_default_of_best_would_be_found():
+    found = checkpoint_defaults('def load(path, checkpoint="best"): ...\n'
+                                "def export(path, *, checkpoint): ...\n"
+                                "def fine(path, checkpoint=None, other=1): ...\n")  # fmt: skip
+    assert found == {"load": "'best'", "export": "", "fine": "None"}
