@@ -208,7 +208,7 @@ def compare_runs(
 
     Args:
         paths: model directories of training runs on the same test split.
-        checkpoint: ``best`` or ``last`` of each.
+        checkpoint: ``best`` or ``last`` of each (None: best).
         search: DecodeConfig fields on top of each run's own decode config (e.g. beam_size).
         lengths: the sentence lengths of the forward timing (capped by every model's positions).
     """
