@@ -22,7 +22,7 @@ from ..config import SECTIONS, RuntimeConfig
 from ..config.files import read_section
 from ..errors import UserError
 from ..inference.inputs import lone_surrogate
-from ..model_dir.layout import WHICH, folder_kind, is_checkpoint_folder
+from ..model_dir.layout import WHICH, folder_kind, ignored_choice, is_checkpoint_folder
 from ..serve.config import ServeConfig
 
 # Every section a command can take: the run's, and the service's (never saved with a run).
@@ -208,15 +208,14 @@ def checkpoint_choice(which: str | None, folders: list[str]) -> str | None:
     folder."""
     if which is None:
         return None
+    label = f"--checkpoint {which}"
     if not folders:
-        raise UserError(f"--checkpoint {which} picks a checkpoint of a model directory, and "
-                        "none is given: leave --checkpoint out")  # fmt: skip
+        raise UserError(ignored_choice(label, "none", "given", "--checkpoint"))
     for folder in folders:
         kind = "an export" if folder_kind(folder) == "export" else (
-            "one checkpoint" if is_checkpoint_folder(Path(folder)) else None)  # fmt: skip
+            "one checkpoint already" if is_checkpoint_folder(Path(folder)) else None)  # fmt: skip
         if kind:
-            raise UserError(f"--checkpoint {which} picks a checkpoint of a model directory, and "
-                            f"{folder} is {kind}: leave --checkpoint out")  # fmt: skip
+            raise UserError(ignored_choice(label, folder, kind, "--checkpoint"))
     return which
 
 

@@ -72,7 +72,7 @@ from ..export.folder import MARKER, is_export, read_export, save_model
 from ..export.spec import import_ctranslate2
 from ..model.build import parameter_count, require_transformer
 from ..model_dir.checkpoints import load_checkpoint
-from ..model_dir.layout import model_dir_of
+from ..model_dir.layout import ignored_choice, model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .alignment import NO_MASKING
 from .glossary import NO_CONSTRAINED_SEARCH
@@ -326,8 +326,7 @@ def load_ctranslate2(
     path = Path(model_dir)
     if is_export(path):
         if checkpoint is not None:  # an export is one checkpoint's weights already
-            raise BadValue(f"checkpoint {checkpoint!r} picks a checkpoint of a model "
-                            f"directory, and {path} is an export: leave it out")  # fmt: skip
+            raise BadValue(ignored_choice(f"checkpoint {checkpoint!r}", path, "an export"))
         info = read_export(path)
         config, heads = info.config, info.alignment_heads
         tokenizers = Tokenizers.load(path, config.model.vocab_sizes, str(path / MARKER))

@@ -37,6 +37,7 @@ from .layout import (
     WEIGHTS,
     WHICH,
     folder_kind,
+    ignored_choice,
     is_checkpoint_folder,
 )
 from .weights import load_weights, model_state, read_weights
@@ -156,8 +157,7 @@ def resolve_checkpoint(path: Path, which: str | None = None) -> Path:
         raise BadValue(f"checkpoint {which!r}: choose one of {', '.join(WHICH)}")
     if (path / WEIGHTS).exists():
         if which is not None:  # "last" of one checkpoint quietly loaded that one
-            raise BadValue(f"checkpoint {which!r} picks a checkpoint of a model directory, and "
-                           f"{path} is one checkpoint already: leave it out")  # fmt: skip
+            raise BadValue(ignored_choice(f"checkpoint {which!r}", path, "one checkpoint already"))
         return path
     which = which or "best"
     if not path.exists():

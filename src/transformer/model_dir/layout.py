@@ -86,6 +86,14 @@ def is_checkpoint_folder(path: Path) -> bool:
     return (path / WEIGHTS).is_file() and (path / CONFIG).is_file()
 
 
+def ignored_choice(label: str, folder: str | Path, kind: str, leave: str = "it") -> str:
+    """The one line refusing a checkpoint choice (``label``: "--checkpoint last", "checkpoint
+    'last'") given with ``folder``, which is ``kind`` ("one checkpoint already", "an export",
+    "none": no folder) and so would ignore it; ``leave``: what to leave out."""
+    return (f"{label} picks a checkpoint of a model directory, and {folder} is {kind}: "
+            f"leave {leave} out")  # fmt: skip
+
+
 def kind_of(path: Path) -> str | None:
     """``folder_kind``, or "checkpoint" for a checkpoint folder."""
     return folder_kind(path) or ("checkpoint" if is_checkpoint_folder(path) else None)
