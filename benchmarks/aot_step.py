@@ -33,6 +33,7 @@ from unittest import mock
 
 import torch
 from decode_speed import hold_back_eos
+from machine import cpu_name
 from sizes import SIZES, random_model
 from torch._inductor.package.package import load_package
 
@@ -175,10 +176,10 @@ def report(result: dict, args: argparse.Namespace, load: str) -> str:
     times = result["times"]
     out = [f"`python benchmarks/aot_step.py --size {args.size} --sentences {args.sentences} "
            f"--threads {args.threads} --rounds {args.rounds}`", "",
-           f"{time.strftime('%Y-%m-%d %H:%M')}; torch {torch.__version__}; {args.threads} "
-           f"threads; load average before: {load}. Random weights, {args.sentences} sentences "
-           f"of 10-30 tokens, every output {args.steps} tokens + EOS, fastest of "
-           f"{args.rounds} rounds (the four in turn).", "",
+           f"{time.strftime('%Y-%m-%d %H:%M')}; {cpu_name()}; torch {torch.__version__}; "
+           f"{args.threads} threads; load average before: {load}. Random weights, "
+           f"{args.sentences} sentences of 10-30 tokens, every output {args.steps} tokens + "
+           f"EOS, fastest of {args.rounds} rounds (the four in turn).", "",
            f"Export {times['export']:.1f} s, compile {times['compile']:.1f} s (package "
            f"{result['package_mb']:.1f} MB), load {times['load']:.3f} s.", "",
            "A Python thread counting beside a loop of calls, as a share of its rate alone "

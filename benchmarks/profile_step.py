@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch
+from machine import cpu_name
 from torch.profiler import ProfilerActivity, profile
 from train_speed import TorchTransformer, _LogitsLoss, batches, forward_flops, matmul_peak
 
@@ -158,7 +159,7 @@ def main() -> None:
     peak = matmul_peak(device, DTYPES[args.precision])
     tokens = args.batch * 2 * args.length
     lines = [
-        f"Device: {torch.cuda.get_device_name(device) if gpu else 'CPU'} "
+        f"Device: {torch.cuda.get_device_name(device) if gpu else cpu_name()} "
         f"({torch.get_num_threads()} threads), torch {torch.__version__}; preset {args.preset}, "
         f"vocabulary {args.vocab:,} shared; batches of {args.batch} x {args.length} source + "
         f"target tokens ({tokens:,}); {args.precision}; ours with loss_chunk {args.loss_chunk}; "

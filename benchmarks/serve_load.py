@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import random
 import signal
 import subprocess
@@ -41,6 +40,7 @@ from pathlib import Path
 
 import httpx
 import torch
+from machine import cpu_name
 
 from transformer.config import RuntimeConfig
 from transformer.data.corpora import load_splits
@@ -146,14 +146,6 @@ def table(runs: list[Run]) -> list[str]:
             f"{' | '.join(ms)} | {run.errors} |"
         )
     return lines
-
-
-def cpu_name() -> str:
-    """The CPU's model name (Linux), else what ``platform`` knows."""
-    info = Path("/proc/cpuinfo")
-    lines = info.read_text().splitlines() if info.exists() else []
-    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-    return names[0] if names else platform.processor() or "unknown CPU"
 
 
 def main() -> None:

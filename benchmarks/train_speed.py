@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from machine import cpu_name
 from torch import Tensor, nn
 
 from transformer.config import ModelConfig, RuntimeConfig, TrainConfig
@@ -251,7 +252,7 @@ def main() -> None:
         del trainees
     load = max(load, os.getloadavg()[0])
     lines = [
-        f"Device: {torch.cuda.get_device_name(device) if gpu else 'CPU'} "
+        f"Device: {torch.cuda.get_device_name(device) if gpu else cpu_name()} "
         f"({torch.get_num_threads()} threads), torch {torch.__version__}; `{config}` "
         f"batches of {B} x {L} source + target tokens ({tokens:,} per step); ours with "
         f"loss_chunk {args.loss_chunk}, both with fused AdamW; best of {args.rounds} rounds of "

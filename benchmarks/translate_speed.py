@@ -58,7 +58,6 @@ import argparse
 import importlib
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -72,6 +71,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_speed import HoldBackEos, hold_back_eos, random_sentences  # noqa: E402 (own folder)
+from machine import cpu_name  # noqa: E402
 from marian import marian_runner  # noqa: E402
 from sizes import SIZES, config_of  # noqa: E402
 
@@ -294,13 +294,6 @@ def prepare(args: argparse.Namespace, bench: Path) -> list[str]:
     for quantization in ("float32", "int8"):
         ct2_folder(args, model, quantization, bench / f"ct2-{quantization}")
     return references
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
 
 
 def cpu_probe(threads: int) -> float:
