@@ -49,24 +49,18 @@ Shapes: N rows (any leading dims), I in_features, O out_features, O' O rounded u
 from __future__ import annotations
 
 import ctypes
-import os
-import platform
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import products
+from .products import can_pack
+
 MIN_FEATURES = 256  # the narrowest layer packed, in and out
 ONCE_PER_BATCH_MIN_FEATURES = 512  # the same, in float32, for a layer run once per batch
 PACKED_ROWS = 64  # the row count oneDNN lays the weight out for (any count is multiplied)
-# oneDNN keeps a compiled product for each shape it has multiplied (0.2-0.3 ms to compile,
-# about 0.5 MB each), 1,024 by default: translating test2016 (a few hundred row counts) they
-# held 120-160 MB. A search keeps its batch to a few row counts (inference/search.py,
-# ``rows_kept``): 8 for 64 sentences, 4 products each, which 48 shapes hold with the
-# encoders'. ideep keeps a description of each as well, whose number does not change the
-# speed: 16 of those (docs/speed.md).
-CACHE_SIZES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": 48, "LRU_CACHE_CAPACITY": 16}
 
 
 class PlainWeightReleased(RuntimeError):
@@ -194,22 +188,12 @@ def largest_weight(model: nn.Module) -> float | None:
 
 def linear(x: Tensor, layer: nn.Linear) -> Tensor:
     """layer(x) without the module call: through the packed weight where it may be used, else
-    ``F.linear``. Shape: (…, I) -> (…, O)."""
+    the plain one (``products.linear``: oneDNN where it is the faster here, else
+    ``F.linear``). Shape: (…, I) -> (…, O)."""
     y = packed_product(x, layer)
     if y is None:
-        return F.linear(x, layer.weight, layer.bias)
+        return products.linear(x, layer.weight, layer.bias)
     return y if y.size(-1) == layer.out_features else y[..., : layer.out_features].contiguous()
-
-
-def can_pack() -> bool:
-    """Whether this PyTorch has oneDNN's packed product, on an x86-64 CPU (where it was
-    measured; elsewhere oneDNN may run on other kernels)."""
-    return (
-        platform.machine().lower() in ("x86_64", "amd64")
-        and torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-    )
 
 
 def pack_linear_layers(
@@ -228,8 +212,7 @@ def pack_linear_layers(
     where ``can_pack`` is False."""
     if not can_pack():
         return 0
-    for name, size in CACHE_SIZES.items():  # read at oneDNN's first product; a value set stays
-        os.environ.setdefault(name, str(size))
+    products.limit_onednn_caches()
     once = {id(m) for part in once_per_batch or [] for m in part.modules()}
     once_narrowest = ONCE_PER_BATCH_MIN_FEATURES if dtype == torch.float else MIN_FEATURES
     layers = [

@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..device import compiled
+from ..model.products import product
 from ..vocab import PAD_ID
 from .loss import LossSums, label_smoothed_nll
 
@@ -108,7 +108,7 @@ class _LinearLabelSmoothedNll(torch.autograd.Function):
                 h = hidden[rows].to(dtype) if dtype else hidden[rows]  # (C, D)
                 keep = keep_all[rows]  # (C, 1)
                 index = target[rows].clamp(min=0)[:, None]  # (C, 1) a valid id at padding too
-                z = F.linear(h, w, b)  # (C, V)
+                z = product(h, w, b)  # (C, V)
                 nll[rows], loss[rows], g = loss_and_grad(z, index, epsilon, impossible)
                 del z  # one (C, V) block alive between chunks: g
                 if not (need_h or need_w or need_b):
@@ -116,7 +116,8 @@ class _LinearLabelSmoothedNll(torch.autograd.Function):
                 # Padding rows get no gradient: their rows of H (C, D) are zeroed, not g's (C, V).
                 h = h * keep
                 if need_h:
-                    grad_h[rows] = (g @ w) * keep  # (C, D)
+                    grad_h[rows] = product(g, w.t()) * keep  # (C, D)
+                # (MKL: oneDNN reads g's transpose as a copy, one (C, V) block more)
                 if need_w and g.dtype == grad_w.dtype:  # fp32: the sum inside the product
                     grad_w.addmm_(g.t(), h)  # (V, D)
                 elif need_w:  # the chunks' bf16 products summed in fp32

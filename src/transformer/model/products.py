@@ -1,0 +1,151 @@
+"""Float32 matrix products on a CPU through oneDNN, where it is the faster library here.
+
+PyTorch multiplies float32 matrices on a CPU with MKL, which picks its kernels by the CPU's
+maker: on an AMD CPU it runs its AVX2 kernels even where the CPU has AVX-512. oneDNN, which
+PyTorch also carries (``torch.ops.mkldnn._linear_pointwise``), picks them by what the CPU can
+do. On a 2-core AMD EPYC of family 26 (Zen 5, whose AVX-512 units are 512 bits wide), 2
+threads, oneDNN's products ran 2.2-2.8× as fast as MKL's for a training step's shapes (2,048
+rows; docs/speed.md); on the earlier EPYC measured in docs/speed.md the two were within
+1.1-1.5× alone and level inside a training step. So ``onednn_is_faster`` measures the two once
+per process and the products go through oneDNN only where it wins clearly (``MARGIN``).
+
+``product(a, b)`` is a·bᵀ (+ bias); ``linear(x, weight, bias)`` is ``F.linear`` with its
+gradients made by ``product`` too (x·Wᵀ + b forward; dY·W and dYᵀ·X backward). The numbers are
+those of ``F.linear`` to float32 rounding: the order of the sums differs
+(tests/test_products.py). Only float32 on the CPU, outside autocast; anything else is
+``F.linear``.
+
+Shapes: M rows, K the shared width, N columns.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from functools import cache
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+MARGIN = 1.3  # oneDNN's products are used where they take at most 1/1.3 of MKL's time
+# oneDNN keeps a compiled product for each shape it has multiplied (0.2-0.3 ms to compile,
+# about 0.5 MB each), 1,024 by default: translating test2016 (a few hundred row counts) they
+# held 120-160 MB. A search keeps its batch to a few row counts (inference/search.py,
+# ``rows_kept``): 8 for 64 sentences, 4 products each, which 48 shapes hold with the
+# encoders'. ideep keeps a description of each as well, whose number does not change the
+# speed: 16 of those (docs/speed.md).
+CACHE_SIZES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": 48, "LRU_CACHE_CAPACITY": 16}
+# "mkl" or "onednn" decides without measuring (benchmarks, tests); unset: measured
+CHOICE_VARIABLE = "TRANSFORMER_CPU_PRODUCTS"
+
+
+def can_pack() -> bool:
+    """Whether this PyTorch has oneDNN's product and its packed weights, on an x86-64 CPU
+    (where they were measured; elsewhere oneDNN may run on other kernels)."""
+    return (
+        platform.machine().lower() in ("x86_64", "amd64")
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    )
+
+
+def limit_onednn_caches() -> None:
+    """Sets ``CACHE_SIZES`` where the environment has not: read at oneDNN's first product, a
+    value set then stays for the process."""
+    for name, size in CACHE_SIZES.items():
+        os.environ.setdefault(name, str(size))
+
+
+def onednn_product(a: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
+    """a·bᵀ + bias through oneDNN: (M, K), (N, K) -> (M, N); either may be a transposed view."""
+    return torch.ops.mkldnn._linear_pointwise(a, b, bias, "none", [], "")
+
+
+@cache
+def onednn_is_faster() -> bool:
+    """Whether float32 products go through oneDNN in this process: ``CHOICE_VARIABLE`` where
+    it is set, else whether oneDNN multiplied a (1,024, 512)·(512, 512)ᵀ at least ``MARGIN``
+    times as fast as MKL (the fastest of 5 calls each, on the threads torch has now; about 30
+    ms once)."""
+    choice = os.environ.get(CHOICE_VARIABLE, "").strip().lower()
+    if choice in ("mkl", "onednn"):
+        return choice == "onednn" and can_pack()
+    if not can_pack():
+        return False
+    limit_onednn_caches()
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(1024, 512, generator=generator)
+    b = torch.randn(512, 512, generator=generator)
+
+    def fastest(multiply) -> float:
+        multiply()  # oneDNN compiles the product at its first call
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            multiply()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    with torch.no_grad():
+        mkl = fastest(lambda: F.linear(a, b))
+        onednn = fastest(lambda: onednn_product(a, b, None))
+    return mkl >= MARGIN * onednn
+
+
+def onednn_applies(x: Tensor) -> bool:
+    """Whether a product of ``x`` goes through oneDNN: float32 on the CPU, no autocast, not
+    inside a compiled function (inductor chooses its own), and oneDNN the faster here."""
+    return (
+        x.is_cpu and x.dtype is torch.float and not torch.is_autocast_enabled("cpu")
+        and not torch.compiler.is_compiling() and onednn_is_faster()
+    )  # fmt: skip
+
+
+def product(a: Tensor, b: Tensor, bias: Tensor | None = None) -> Tensor:
+    """a·bᵀ + bias, (M, K), (N, K) -> (M, N), without a gradient (the callers make their own):
+    through oneDNN where ``onednn_applies``, else ``F.linear``."""
+    if onednn_applies(a) and b.dtype is torch.float and a.numel() * b.numel():
+        return onednn_product(a, b, bias)
+    return F.linear(a, b, bias)
+
+
+class _Linear(torch.autograd.Function):
+    """x·Wᵀ + b with every product (forward and backward) through oneDNN."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        rows = x.reshape(-1, x.size(-1))  # (M, K)
+        ctx.save_for_backward(rows, weight)
+        ctx.has_bias = bias is not None
+        return onednn_product(rows, weight, bias).view(*x.shape[:-1], weight.size(0))  # (…, N)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        rows, weight = ctx.saved_tensors
+        grad_rows = grad.reshape(-1, grad.size(-1))  # (M, N)
+        need_x, need_w, need_b = ctx.needs_input_grad
+        grad_x = grad_w = grad_b = None
+        if need_x:  # dY·W: (M, N)·(N, K)
+            grad_x = onednn_product(grad_rows, weight.t(), None)  # (M, K)
+            grad_x = grad_x.view(*grad.shape[:-1], rows.size(1))
+        if need_w:  # dYᵀ·X: (N, M)·(M, K)
+            grad_w = onednn_product(grad_rows.t(), rows.t(), None)
+        if need_b and ctx.has_bias:
+            grad_b = grad_rows.sum(0)
+        return grad_x, grad_w, grad_b
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)``, (…, K) -> (…, N), its products (and their gradients)
+    through oneDNN where ``onednn_applies``."""
+    if not onednn_applies(x) or weight.dtype is not torch.float or not x.numel() * weight.numel():
+        return F.linear(x, weight, bias)  # (also where a side is empty)
+    if torch.is_grad_enabled() and (
+        x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    ):
+        return _Linear.apply(x, weight, bias)
+    rows = x.reshape(-1, x.size(-1))  # (M, K)
+    return onednn_product(rows, weight, bias).view(*x.shape[:-1], weight.size(0))
