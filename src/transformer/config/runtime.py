@@ -28,8 +28,8 @@ class RuntimeConfig:
     compile: bool = False
     """torch.compile, once for any batch shape: for training the model and the loss (on a
     GPU; on the 2-core CPU training ran at 0.8-0.9x the eager speed); for translate, evaluate
-    and serve the decoder's step (one batch at a time; on the 2-core CPU 1.0-1.4x the eager
-    speed after 12-55 s of compiling: docs/speed.md). Without a C++ compiler on a CPU, or
+    and serve the decoder's step (one batch at a time; on the 2-core CPU 0.72-0.98x the eager
+    speed now, after 8-55 s of compiling: docs/speed.md). Without a C++ compiler on a CPU, or
     Triton on a GPU: uncompiled, with a warning."""
     pack_weights: bool = True
     """For translate, evaluate and serve on a CPU: the linear layers at least 256 wide (in and
@@ -37,7 +37,8 @@ class RuntimeConfig:
     same outputs, faster (Multi30k test2016 on an AMD EPYC: 1.01-1.11x greedy, 1.07-1.11x beam
     4). The packed layers' own weights are then dropped, except one another layer shares (an
     output layer tied to the embedding), so the memory it adds is about that layer's weights.
-    False: PyTorch's own products (MKL)."""
+    False: the plain weights' products (MKL's, or oneDNN's where it is the faster:
+    model/products.py)."""
     loss_chunk: int = 1024
     """Target positions whose logits the training loss makes at once (the final linear layer
     fused into the label-smoothed loss, so the whole (N, V) logits never exist); 0: all at

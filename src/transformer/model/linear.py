@@ -1,25 +1,25 @@
 """The linear layer, y = x·Wᵀ + b, with an optional copy of W packed once for oneDNN.
 
-Every projection of the model (queries, keys, values, the attention's output, the feed-forward's
-two layers, the final linear layer) is a ``Linear``: ``torch.nn.Linear``, the same parameters
-and state dict, whose product can run on a copy of its weight that ``pack`` reorders once into
-the blocked layout oneDNN's matrix product reads, where PyTorch's own product (MKL) takes the
-plain weight at every call. Measured on a 2-core AMD EPYC, one thread (docs/speed.md): the
-256 → 8,000 output layer 1.5-2.7× faster at 1 to 64 rows, 256 → 1,024 and 1,024 → 256 1.2-1.9×
-at 4 to 64 rows; but a call costs about 15 µs more, so 128 → 128 is 1.1-4× slower at up to 256
-rows. In whole searches (1 thread, in turn on the same sentences), every layer of the Multi30k
-model packed (256 wide) made greedy and beam search 1.11× faster; the demo model's
-feed-forward layers packed (128 → 512 → 128) made them 0.84× and 0.91× as fast. So
-``pack_linear_layers`` packs only layers at least ``MIN_FEATURES`` wide on both sides. The
-layers a search runs once per batch (the encoder, the encoder-decoder attention's keys and
-values: ``EncoderDecoder.once_per_batch``) multiply a whole batch's source words, hundreds of
-rows whose number changes with every batch, so each batch compiles their products anew; in
-float32 they are packed only from ``ONCE_PER_BATCH_MIN_FEATURES`` wide. On test2016 (2 threads)
-the Multi30k model's 256-wide ones ran as fast unpacked and their packed copies and compiled
-products held 16-33 MB; at OPUS-MT size (512) unpacked they made greedy search 8% slower. In
-bfloat16 they are packed at any width: the product itself is faster. Packing is done for
-translation on a CPU (``runtime.pack_weights``, inference/engine.py), never for training: the
-packed product has no gradient.
+Every projection of the model (queries, keys, values, the attention's output, the feed-forward's two
+layers, the final linear layer) is a ``Linear``: ``torch.nn.Linear``, the same parameters and state
+dict, whose product can run on a copy of its weight that ``pack`` reorders once into the blocked
+layout oneDNN's matrix product reads, where the plain product (``products.linear``: MKL's, or
+oneDNN's where it is the faster on this CPU) takes the plain weight at every call. Measured on a
+2-core AMD EPYC, one thread (docs/speed.md): the 256 → 8,000 output layer 1.5-2.7× faster at 1 to 64
+rows, 256 → 1,024 and 1,024 → 256 1.2-1.9× at 4 to 64 rows; but a call costs about 15 µs more, so
+128 → 128 is 1.1-4× slower at up to 256 rows. In whole searches (1 thread, in turn on the same
+sentences), every layer of the Multi30k model packed (256 wide) made greedy and beam search 1.11×
+faster; the demo model's feed-forward layers packed (128 → 512 → 128) made them 0.84× and 0.91× as
+fast. So ``pack_linear_layers`` packs only layers at least ``MIN_FEATURES`` wide on both sides. The
+layers a search runs once per batch (the encoder, the encoder-decoder attention's keys and values:
+``EncoderDecoder.once_per_batch``) multiply a whole batch's source words, hundreds of rows whose
+number changes with every batch, so each batch compiles their products anew; in float32 they are
+packed only from ``ONCE_PER_BATCH_MIN_FEATURES`` wide. On test2016 (2 threads) the Multi30k model's
+256-wide ones ran as fast unpacked and their packed copies and compiled products held 16-33 MB; at
+OPUS-MT size (512) unpacked they made greedy search 8% slower. In bfloat16 they are packed at any
+width: the product itself is faster. Packing is done for translation on a CPU
+(``runtime.pack_weights``, inference/engine.py), never for training: the packed product has no
+gradient.
 
 The packed product gives the same numbers as ``F.linear`` to float32 rounding (the order of the
 sums differs), and a row's numbers do not depend on how many rows are multiplied with it, where

@@ -4,13 +4,15 @@ PyTorch multiplies float32 matrices on a CPU with MKL, which picks its kernels b
 maker: on an AMD CPU it runs its AVX2 kernels even where the CPU has AVX-512. oneDNN, which
 PyTorch also carries (``torch.ops.mkldnn._linear_pointwise``), picks them by what the CPU can
 do. On a 2-core AMD EPYC of family 26 (Zen 5, whose AVX-512 units are 512 bits wide), 2
-threads, oneDNN's products ran 2.2-2.8× as fast as MKL's for a training step's shapes (2,048
-rows; docs/speed.md); on the earlier EPYC measured in docs/speed.md the two were within
-1.1-1.5× alone and level inside a training step. So ``onednn_is_faster`` measures the two once
-per process and the products go through oneDNN only where it wins clearly (``MARGIN``).
+threads, oneDNN's products ran 2.2-2.4× as fast as MKL's for a training step's forward
+shapes, 1.8-2.9× for dY·W and 1.1-1.9× for dYᵀ·X, and the `small` training step 1.4-1.6×
+(docs/speed.md); on the EPYC measured before it, the two were within 1.1-1.5× alone and level
+inside a training step. So ``onednn_is_faster`` measures the two once per process and the
+products go through oneDNN only where it wins clearly (``MARGIN``).
 
-``product(a, b)`` is a·bᵀ (+ bias); ``linear(x, weight, bias)`` is ``F.linear`` with its
-gradients made by ``product`` too (x·Wᵀ + b forward; dY·W and dYᵀ·X backward). The numbers are
+``product(a, b)`` is a·bᵀ (+ bias) without a gradient (the fused loss makes its own);
+``linear(x, weight, bias)`` is ``F.linear`` with its gradients through oneDNN as well (x·Wᵀ + b
+forward; dY·W and dYᵀ·X backward). The numbers are
 those of ``F.linear`` to float32 rounding: the order of the sums differs
 (tests/test_products.py). Only float32 on the CPU, outside autocast; anything else is
 ``F.linear``.
