@@ -114,6 +114,11 @@ def product(a: Tensor, b: Tensor, bias: Tensor | None = None) -> Tensor:
     return F.linear(a, b, bias)
 
 
+def _over_rows(x: Tensor, rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """x·Wᵀ + b through oneDNN, from x's rows (M, K): (…, N) in x's leading shape."""
+    return onednn_product(rows, weight, bias).view(*x.shape[:-1], weight.size(0))
+
+
 class _Linear(torch.autograd.Function):
     """x·Wᵀ + b with every product (forward and backward) through oneDNN."""
 
@@ -122,7 +127,7 @@ class _Linear(torch.autograd.Function):
         rows = x.reshape(-1, x.size(-1))  # (M, K)
         ctx.save_for_backward(rows, weight)
         ctx.has_bias = bias is not None
-        return onednn_product(rows, weight, bias).view(*x.shape[:-1], weight.size(0))  # (…, N)
+        return _over_rows(x, rows, weight, bias)  # (…, N)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
@@ -149,5 +154,4 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
     ):
         return _Linear.apply(x, weight, bias)
-    rows = x.reshape(-1, x.size(-1))  # (M, K)
-    return onednn_product(rows, weight, bias).view(*x.shape[:-1], weight.size(0))
+    return _over_rows(x, x.reshape(-1, x.size(-1)), weight, bias)
