@@ -13,6 +13,7 @@ from transformer.cli import commands, config_from_args, main
 from transformer.cli.main import COMMANDS, build_parser
 from transformer.cli.options import parse
 from transformer.config import SECTIONS, ModelConfig, load_config
+from transformer.model.products import chosen_library
 from transformer.model_dir.checkpoints import resolve_checkpoint
 
 from helpers import cli, cli_process
@@ -258,3 +259,19 @@ def test_checkpoint_is_refused_where_it_would_be_ignored(numbers_model, tmp_path
     code, out_last, _ = cli(["translate", str(numbers_model), "-i", source, "--checkpoint",
                              "last"], capsys)  # fmt: skip
     assert code == 0 and out_last == out
+
+
+@pytest.mark.parametrize("command", ["train", "translate", "serve"])
+def test_a_bad_product_library_in_the_environment_is_refused_before_anything_runs(
+    command, monkeypatch, tmp_path, capsys
+):
+    monkeypatch.setenv("TRANSFORMER_CPU_PRODUCTS", "onednnn")
+    out_dir = tmp_path / "model"
+    code, out, err = cli([command, str(out_dir)], capsys)
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1, err
+    assert "TRANSFORMER_CPU_PRODUCTS='onednnn'" in err and "mkl, onednn" in err
+    assert not out_dir.exists() and not list(tmp_path.iterdir())
+    monkeypatch.setenv("TRANSFORMER_CPU_PRODUCTS", " ONEDNN ")  # spelt loosely, still known
+    assert chosen_library() == "onednn"
+    monkeypatch.setenv("TRANSFORMER_CPU_PRODUCTS", "")
+    assert chosen_library() is None

@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..errors import BadValue
+
 MARGIN = 1.3  # oneDNN's products are used where they take at most 1/1.3 of MKL's time
 # oneDNN keeps a compiled product for each shape it has multiplied (0.2-0.3 ms to compile,
 # about 0.5 MB each), 1,024 by default: translating test2016 (a few hundred row counts) they
@@ -39,8 +41,24 @@ MARGIN = 1.3  # oneDNN's products are used where they take at most 1/1.3 of MKL'
 # encoders'. ideep keeps a description of each as well, whose number does not change the
 # speed: 16 of those (docs/speed.md).
 CACHE_SIZES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": 48, "LRU_CACHE_CAPACITY": 16}
-# "mkl" or "onednn" decides without measuring (benchmarks, tests); unset: measured
+# "mkl" or "onednn" decides without measuring (benchmarks, tests); unset or empty: measured
 CHOICE_VARIABLE = "TRANSFORMER_CPU_PRODUCTS"
+CHOICES = ("mkl", "onednn")
+
+
+def chosen_library(environ=os.environ) -> str | None:
+    """The library ``CHOICE_VARIABLE`` names ("mkl" or "onednn"), None where it is unset or
+    empty; any other value is refused (one line), before a command starts: a misspelt name
+    must not silently leave the choice to the measurement."""
+    value = environ.get(CHOICE_VARIABLE, "").strip().lower()
+    if not value:
+        return None
+    if value not in CHOICES:
+        raise BadValue(
+            f"the environment variable {CHOICE_VARIABLE}={environ[CHOICE_VARIABLE]!r} is not "
+            f"one of {', '.join(CHOICES)} (or unset, to measure which is faster here)"
+        )
+    return value
 
 
 def can_pack() -> bool:
@@ -72,8 +90,8 @@ def onednn_is_faster() -> bool:
     it is set, else whether oneDNN multiplied a (1,024, 512)·(512, 512)ᵀ at least ``MARGIN``
     times as fast as MKL (the fastest of 5 calls each, on the threads torch has now; about 30
     ms once)."""
-    choice = os.environ.get(CHOICE_VARIABLE, "").strip().lower()
-    if choice in ("mkl", "onednn"):
+    choice = chosen_library()
+    if choice is not None:
         return choice == "onednn" and can_pack()
     if not can_pack():
         return False
