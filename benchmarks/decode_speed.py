@@ -22,7 +22,7 @@ import argparse
 import time
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from transformer.config import DecodeConfig, ModelConfig
 from transformer.inference import translate_ids
@@ -33,43 +33,11 @@ from transformer.vocab import EOS_ID
 FIRST_PIECE = 4  # ids below are PAD, UNK, BOS, EOS
 
 
-class HoldBackEos(nn.Module):
-    """The model with EOS's logit lowered by 1e4 (in a copy of the final linear layer's bias),
-    so that only the length limit ends a sentence."""
-
-    def __init__(self, model: Transformer) -> None:
-        super().__init__()
-        self.model, self.config = model, model.config
-        final = model.output
-        self.output = nn.Linear(final.in_features, final.out_features)
-        self.output.weight = final.weight
-        with torch.no_grad():
-            self.output.bias.copy_(final.bias if final.bias is not None else 0.0)
-            self.output.bias[EOS_ID] -= 1e4
-
-    @property
-    def beams_share_memory(self) -> bool:
-        return self.model.beams_share_memory
-
-    def encode(self, src_ids: Tensor) -> tuple[Tensor, Tensor]:
-        return self.model.encode(src_ids)
-
-    def decode_hidden(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor, cache=None):
-        return self.model.decode_hidden(tgt_ids, memory, src_mask, cache)
-
-    def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor, cache=None) -> Tensor:
-        return self.output(self.decode_hidden(tgt_ids, memory, src_mask, cache))  # (B, T, V)
-
-    def new_cache(self, length: int = 0):
-        return self.model.new_cache(length)
-
-    def log_probs(self, logits: Tensor) -> Tensor:
-        return self.model.log_probs(logits)
-
-
 def hold_back_eos(model: Transformer) -> Transformer:
-    """``HoldBackEos`` in the model itself, for what needs the ``Transformer`` (compiled
-    decoding): EOS's output bias lowered by 1e4 (a bias of zeros added where it has none)."""
+    """The model with EOS's logit lowered by 1e4 (in its final linear layer's bias; a bias of
+    zeros added where it has none), so that only the length limit ends a sentence. In the
+    model's own layer, so that the engine packs it (model/linear.py) and compiles it as it
+    would any other."""
     final = model.output
     with torch.no_grad():
         if final.bias is None:
@@ -136,7 +104,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    model = HoldBackEos(build_model(args)).to(args.device)
+    model = hold_back_eos(build_model(args)).to(args.device)
     compiled = hold_back_eos(build_model(args)).to(args.device) if args.compile else None
     if compiled is not None and not compile_decoding(compiled):
         compiled = None

@@ -6,7 +6,9 @@
 The three sizes of ``sizes.py`` (demo, small, opus-mt), each with seeded random weights (the
 time of a step does not depend on what the weights say, only on the shapes), 64 source
 sentences of 10-30 tokens, and every output held to ``--steps`` tokens + EOS
-(``decode_speed.HoldBackEos``), so that every run does the same work.
+(``decode_speed.hold_back_eos``), so that every run does the same work. The linear layers are
+packed as ``transformer translate`` packs them on a CPU (``runtime.pack_weights``,
+model/linear.py); ``--no-pack`` leaves them plain.
 
 For each size and search: the wall time of one pass (best of ``--rounds``, the profiler off),
 then one profiled pass. The report gives ms per decoder step, operator calls per step, and the
@@ -22,19 +24,27 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from decode_speed import HoldBackEos, random_sentences
+from decode_speed import hold_back_eos, random_sentences
+from machine import cpu_name
 from sizes import SIZES, random_model
 from torch.profiler import ProfilerActivity, profile
 
 from transformer.config import DecodeConfig
 from transformer.inference import translate_ids
+from transformer.inference.next_tokens import BLOCK
+from transformer.model import Transformer
+from transformer.model.linear import pack_linear_layers
 
 RESULTS = Path(__file__).parent / "results"
 SEARCHES = {"greedy": 1, "beam 4": 4}
+# The operators counted: PyTorch's own and oneDNN's / MKL's products (model/products.py and
+# packed layers call ``mkldnn::_linear_pointwise``, which aten's names alone would miss).
+NAMESPACES = ("aten::", "mkldnn::", "mkl::")
 # What each operator is for: the first group whose names it matches.
 GROUPS = [
     ("matrix products (linear layers, Q·Kᵀ, weights·V)", ("addmm", "mm", "bmm", "matmul",
-                                                        "linear", "baddbmm")),
+                                                        "linear", "baddbmm", "_linear_pointwise",
+                                                        "_mkl_linear")),
     ("vocabulary work (log-softmax, top-k, argmax over V)", ("log_softmax", "topk", "argmax",
                                                              "logsumexp", "max", "sort")),
     ("key/value cache (cat, index_select, copies)", ("cat", "index_select", "copy_", "clone",
@@ -48,13 +58,15 @@ GROUPS = [
 ]  # fmt: skip
 
 
-def model_of(size: str, seed: int) -> tuple[HoldBackEos, int]:
-    model = random_model(size, seed)
-    return HoldBackEos(model), model.config.tgt_vocab_size
+def model_of(size: str, seed: int, pack: bool) -> tuple[Transformer, int]:
+    model = hold_back_eos(random_model(size, seed))
+    if pack:  # as the engine packs them (inference/engine.py)
+        pack_linear_layers(model, model.output, BLOCK, torch.float, model.once_per_batch(), True)
+    return model, model.config.tgt_vocab_size
 
 
 def group_of(name: str) -> str:
-    op = name.removeprefix("aten::")
+    op = name.partition("::")[2]
     for group, names in GROUPS:
         if any(op == n or op.startswith(n + "_") or op.endswith("_" + n) for n in names):
             return group
@@ -62,7 +74,7 @@ def group_of(name: str) -> str:
 
 
 def profile_one(size: str, search: str, args: argparse.Namespace) -> dict:
-    model, vocab = model_of(size, args.seed)
+    model, vocab = model_of(size, args.seed, args.pack)
     sentences = random_sentences(argparse.Namespace(
         seed=args.seed, min_len=10, max_len=30, sentences=args.sentences, vocab=vocab))  # fmt: skip
     decode = DecodeConfig(beam_size=SEARCHES[search], max_len_a=0.0, max_len_b=args.steps,
@@ -76,7 +88,7 @@ def profile_one(size: str, search: str, args: argparse.Namespace) -> dict:
     assert all(len(h[0].tokens) == args.steps for h in outputs)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         translate_ids(model, sentences, decode)
-    events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    events = [e for e in prof.key_averages() if e.key.startswith(NAMESPACES)]
     steps = args.steps + 1
     calls = sum(e.count for e in events)
     total = sum(e.self_cpu_time_total for e in events)
@@ -86,7 +98,7 @@ def profile_one(size: str, search: str, args: argparse.Namespace) -> dict:
     top = sorted(events, key=lambda e: -e.self_cpu_time_total)[: args.top]
     return {
         "size": size, "search": search, "seconds": best, "ms_per_step": best / steps * 1e3,
-        "calls_per_step": calls / steps, "aten_ms": total / 1e3, "groups": dict(groups),
+        "calls_per_step": calls / steps, "op_ms": total / 1e3, "groups": dict(groups),
         "top": [(e.key, e.count / steps, e.self_cpu_time_total / 1e3) for e in top],
     }  # fmt: skip
 
@@ -95,25 +107,26 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
     out = [f"`python benchmarks/profile_decode.py --threads {args.threads} --steps {args.steps} "
            f"--sentences {args.sentences}`", "",
            f"{time.strftime('%Y-%m-%d %H:%M')}; torch {torch.__version__}, {args.threads} "
-           f"threads; load average before: {args.load}.", "",
-           "| size | search | pass (s) | ms / step | aten calls / step |",
+           f"threads, {cpu_name()}; weights {'packed' if args.pack else 'plain'}; load average "
+           f"before: {args.load}.", "",
+           "| size | search | pass (s) | ms / step | operator calls / step |",
            "|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         out.append(f"| {r['size']} | {r['search']} | {r['seconds']:.3f} | "
                    f"{r['ms_per_step']:.2f} | {r['calls_per_step']:.0f} |")  # fmt: skip
     names = [g for g, _ in GROUPS] + ["other operators"]
-    out += ["", "Self CPU time by group, share of all aten self time (profiled pass):", "",
+    out += ["", "Self CPU time by group, share of all operators' self time (profiled pass):", "",
             "| group | " + " | ".join(f"{r['size']} {r['search']}" for r in rows) + " |",
             "|---|" + "---|" * len(rows)]  # fmt: skip
     for name in names:
-        cells = [f"{100 * r['groups'].get(name, 0) / 1e3 / r['aten_ms']:.1f}%" for r in rows]
+        cells = [f"{100 * r['groups'].get(name, 0) / 1e3 / r['op_ms']:.1f}%" for r in rows]
         out.append(f"| {name} | " + " | ".join(cells) + " |")
     for r in rows:
         out += ["", f"**{r['size']}, {r['search']}**: top operators by self CPU time", "",
                 "| operator | calls / step | self ms (pass) | share |",
                 "|---|---|---|---|"]  # fmt: skip
         for key, calls, ms in r["top"]:
-            out.append(f"| `{key}` | {calls:.1f} | {ms:.1f} | {100 * ms / r['aten_ms']:.1f}% |")
+            out.append(f"| `{key}` | {calls:.1f} | {ms:.1f} | {100 * ms / r['op_ms']:.1f}% |")
     return "\n".join(out) + "\n"
 
 
@@ -127,6 +140,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-pack",
+        dest="pack",
+        action="store_false",
+        help="leave the linear layers' weights plain (runtime.pack_weights false)",
+    )
     parser.add_argument("--report", type=Path, default=RESULTS / "profile_decode_cpu.md")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -70,7 +70,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_speed import HoldBackEos, hold_back_eos, random_sentences  # noqa: E402 (own folder)
+from decode_speed import hold_back_eos, random_sentences  # noqa: E402 (own folder)
 from machine import cpu_name  # noqa: E402
 from marian import marian_runner  # noqa: E402
 from sizes import SIZES, config_of  # noqa: E402
@@ -197,16 +197,14 @@ def _runner(args: argparse.Namespace, decode: DecodeConfig):
         model = torch_model(args).to(device)
         if args.engine == "torch-copies":
             model.beams_share_memory = False
+        if args.setting == "fixed":  # in the model's own output layer, packed as it would be
+            hold_back_eos(model)
         packs = device.type == "cpu" and args.engine not in ("torch-compiled", "torch-mkl")
         if packs:  # as `transformer translate` on a CPU
             dtype = torch.bfloat16 if args.engine == "torch-bf16" else torch.float
             pack_linear_layers(model, model.output, BLOCK, dtype, model.once_per_batch(), True)
-        if args.engine == "torch-compiled":  # the model itself, not a wrapper, is compiled
-            if args.setting == "fixed":
-                hold_back_eos(model)
+        if args.engine == "torch-compiled":
             compile_decoding(model)
-        elif args.setting == "fixed":
-            model = HoldBackEos(model)
         cache = args.engine != "torch-nocache"
         # torch and torch-compiled: as `transformer translate` runs, batches at once
         # (parallel.py); the others one batch at a time on all the threads
