@@ -190,21 +190,29 @@ def _decode(args: argparse.Namespace, beam: int) -> DecodeConfig:
     return saved.with_search(beam_size=beam, batch_size=64)
 
 
+def engine_model(args: argparse.Namespace, device: torch.device) -> Transformer:
+    """Our model as ``args.engine`` runs it: on a CPU its layers packed as ``transformer
+    translate`` packs them (all but torch-compiled and torch-mkl); in the fixed setting EOS held
+    back in its own output layer, which is then packed like any other."""
+    model = torch_model(args).to(device)
+    if args.engine == "torch-copies":
+        model.beams_share_memory = False
+    if args.setting == "fixed":
+        hold_back_eos(model)
+    packs = device.type == "cpu" and args.engine not in ("torch-compiled", "torch-mkl")
+    if packs:  # as `transformer translate` on a CPU
+        dtype = torch.bfloat16 if args.engine == "torch-bf16" else torch.float
+        pack_linear_layers(model, model.output, BLOCK, dtype, model.once_per_batch(), True)
+    if args.engine == "torch-compiled":
+        compile_decoding(model)
+    return model
+
+
 def _runner(args: argparse.Namespace, decode: DecodeConfig):
     """A function that translates sentences (source ids) and returns the best output ids."""
     device = torch.device(args.device)
     if args.engine.startswith("torch"):
-        model = torch_model(args).to(device)
-        if args.engine == "torch-copies":
-            model.beams_share_memory = False
-        if args.setting == "fixed":  # in the model's own output layer, packed as it would be
-            hold_back_eos(model)
-        packs = device.type == "cpu" and args.engine not in ("torch-compiled", "torch-mkl")
-        if packs:  # as `transformer translate` on a CPU
-            dtype = torch.bfloat16 if args.engine == "torch-bf16" else torch.float
-            pack_linear_layers(model, model.output, BLOCK, dtype, model.once_per_batch(), True)
-        if args.engine == "torch-compiled":
-            compile_decoding(model)
+        model = engine_model(args, device)
         cache = args.engine != "torch-nocache"
         # torch and torch-compiled: as `transformer translate` runs, batches at once
         # (parallel.py); the others one batch at a time on all the threads

@@ -22,3 +22,26 @@ def test_translate_speed_runs_a_trained_model_on_its_test_split(numbers_model, t
     for search in ("greedy", "beam 4"):  # each engine's row, with its BLEU and outputs compared
         assert f"| {search} | torch | " in table and f"| {search} | torch-serial | " in table
     assert table.count("| 6/6 |") == 4  # one batch at a time gives the same outputs
+
+
+def test_the_fixed_setting_runs_our_model_as_translate_does():
+    """EOS is held back in the model's own output layer, which is packed as `transformer
+    translate` packs it on a CPU: a wrapper around the model left the vocabulary's product
+    unpacked, and the fixed-length tables measured that instead."""
+    import argparse
+
+    import torch
+
+    sys.path.insert(0, str(BENCHMARKS))
+    from translate_speed import engine_model
+
+    from transformer.inference.next_tokens import BLOCK
+    from transformer.model.linear import can_pack, packed_rows
+    from transformer.vocab import EOS_ID
+
+    args = argparse.Namespace(engine="torch", setting="fixed", size="small", seed=1)
+    model = engine_model(args, torch.device("cpu"))
+    assert model.output.bias[EOS_ID] < -1e3  # EOS held back: only the length limit ends
+    if can_pack():
+        vocab = model.config.tgt_vocab_size
+        assert packed_rows(model.output) == -(-vocab // BLOCK) * BLOCK
