@@ -28,8 +28,8 @@ class RuntimeConfig:
     compile: bool = False
     """torch.compile, once for any batch shape: for training the model and the loss (on a
     GPU; on the 2-core CPU training ran at 0.8-0.9x the eager speed); for translate, evaluate
-    and serve the decoder's step (one batch at a time; on the 2-core CPU 0.72-0.98x the eager
-    speed now, after 8-55 s of compiling: docs/speed.md). Without a C++ compiler on a CPU, or
+    and serve the decoder's step (one batch at a time; on the 2-core CPU 0.52-1.37x the eager
+    speed now, after 7-55 s of compiling: docs/speed.md). Without a C++ compiler on a CPU, or
     Triton on a GPU: uncompiled, with a warning."""
     pack_weights: bool = True
     """For translate, evaluate and serve on a CPU: the linear layers at least 256 wide (in and

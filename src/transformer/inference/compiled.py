@@ -19,9 +19,9 @@ CPU, no Triton on a GPU; an RNN model) decoding stays eager, with one line on st
 Compiled decoding translates one batch at a time (``parallel.decode_threads``): called from two
 threads at once, the compiled function's guards failed spuriously and it compiled again, for 20
 seconds, in the middle of a file (torch 2.13). What it gives on the 2-core CPU is in
-docs/speed.md: 1.02-1.38x the default's speed at three sizes when it was made, 0.72-0.98x
-since the eager step got faster, after 8-55 seconds of compiling, so it is an option, off by
-default.
+docs/speed.md: 1.02-1.38x the default's speed at three sizes when it was made, 0.52-1.37x
+since the eager step got faster (the gain only at the demo's size, greedy, on passes of a tenth
+of a second), after 7-55 seconds of compiling, so it is an option, off by default.
 
 Shapes: N rows (sentences × beams), S source length, D model width, H heads, Dh head width.
 """
