@@ -1,6 +1,7 @@
 """The benchmark scripts still run against the library as it is (they are run by hand, so a
 change to an API they call would otherwise show only when someone next measures)."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,24 @@ def test_the_fixed_setting_runs_our_model_as_translate_does():
     if can_pack():
         vocab = model.config.tgt_vocab_size
         assert packed_rows(model.output) == -(-vocab // BLOCK) * BLOCK
+
+
+def test_profile_decode_counts_onednn_products_and_packs_as_translate_does(tmp_path):
+    """The profile's report groups oneDNN's products (``mkldnn::_linear_pointwise``) with the
+    other matrix products; the layers are packed unless ``--no-pack``."""
+    out = tmp_path / "profile.md"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "profile_decode.py"), "--sizes", "small",
+         "--searches", "greedy", "--sentences", "4", "--steps", "3", "--rounds", "1",
+         "--top", "40", "--report", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = out.read_text()
+    assert "weights packed" in report
+    from transformer.model.linear import can_pack
+
+    if can_pack():  # the packed layers multiply through oneDNN: counted, and as products
+        assert "| `mkldnn::_linear_pointwise` |" in report
+        products = re.search(r"\| matrix products[^|]*\| ([\d.]+)% \|", report)
+        assert products and float(products.group(1)) > 20, report
