@@ -46,16 +46,16 @@ CHOICE_VARIABLE = "TRANSFORMER_CPU_PRODUCTS"
 CHOICES = ("mkl", "onednn")
 
 
-def chosen_library(environ=os.environ) -> str | None:
+def chosen_library() -> str | None:
     """The library ``CHOICE_VARIABLE`` names ("mkl" or "onednn"), None where it is unset or
     empty; any other value is refused (one line), before a command starts: a misspelt name
     must not silently leave the choice to the measurement."""
-    value = environ.get(CHOICE_VARIABLE, "").strip().lower()
+    value = os.environ.get(CHOICE_VARIABLE, "").strip().lower()
     if not value:
         return None
     if value not in CHOICES:
         raise BadValue(
-            f"the environment variable {CHOICE_VARIABLE}={environ[CHOICE_VARIABLE]!r} is not "
+            f"the environment variable {CHOICE_VARIABLE}={os.environ[CHOICE_VARIABLE]!r} is not "
             f"one of {', '.join(CHOICES)} (or unset, to measure which is faster here)"
         )
     return value
@@ -90,12 +90,13 @@ def onednn_is_faster() -> bool:
     it is set, else whether oneDNN multiplied a (1,024, 512)·(512, 512)ᵀ at least ``MARGIN``
     times as fast as MKL (the fastest of 5 calls each, on the threads torch has now; about 30
     ms once)."""
+    if not can_pack():
+        chosen_library()  # a bad value is refused here as well
+        return False
+    limit_onednn_caches()  # before oneDNN's first product, however it is chosen
     choice = chosen_library()
     if choice is not None:
-        return choice == "onednn" and can_pack()
-    if not can_pack():
-        return False
-    limit_onednn_caches()
+        return choice == "onednn"
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(1024, 512, generator=generator)
     b = torch.randn(512, 512, generator=generator)
