@@ -39,9 +39,9 @@ from torch._inductor.package.package import load_package
 
 from transformer.config import DecodeConfig, RuntimeConfig
 from transformer.inference import compiled, translate_ids
+from transformer.inference.engine import pack_for_translation
 from transformer.inference.next_tokens import BLOCK
 from transformer.inference.parallel import DecodeThreads, decode_threads
-from transformer.model.linear import pack_linear_layers
 
 RESULTS = Path(__file__).parent / "results"
 EOS = 2
@@ -136,7 +136,7 @@ def lock_share(run) -> float:
 def measure(args: argparse.Namespace, folder: str) -> dict:
     torch.set_num_threads(args.threads)
     default = hold_back_eos(random_model(args.size, args.seed))
-    pack_linear_layers(default, default.output, BLOCK, torch.float, default.once_per_batch(), True)
+    pack_for_translation(default)
     aot = hold_back_eos(random_model(args.size, args.seed))
     aot.output.pack(BLOCK, torch.float)
     ahead = AheadOfTime(aot, folder, runners=2)

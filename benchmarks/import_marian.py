@@ -44,9 +44,8 @@ from transformer.config import DecodeConfig, RuntimeConfig
 from transformer.data.batching import encode_source
 from transformer.data.tokenizer import Tokenizers
 from transformer.inference import translate_ids
-from transformer.inference.next_tokens import BLOCK
+from transformer.inference.engine import pack_for_translation
 from transformer.inference.parallel import decode_threads
-from transformer.model.linear import pack_linear_layers
 from transformer.model_dir.checkpoints import load_checkpoint, read_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +132,7 @@ def translation(folder: Path, out: Path, sentences: list[str], rounds: int) -> l
     tokenizer = MarianTokenizer.from_pretrained(folder)
     ours = load_checkpoint(out).model
     # as `transformer translate` runs it: linear layers packed for oneDNN, a batch per thread
-    pack_linear_layers(ours, ours.output, BLOCK, torch.float, ours.once_per_batch(), True)
+    pack_for_translation(ours)
     threads = decode_threads(RuntimeConfig(threads=torch.get_num_threads()), torch.device("cpu"))
     tokenizers = Tokenizers.load(out, read_config(out).model.vocab_sizes)
     ids = [encode_source(tokenizers.src.encode(s)) for s in sentences]

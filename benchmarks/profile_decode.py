@@ -31,9 +31,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from transformer.config import DecodeConfig
 from transformer.inference import translate_ids
-from transformer.inference.next_tokens import BLOCK
+from transformer.inference.engine import pack_for_translation
 from transformer.model import Transformer
-from transformer.model.linear import pack_linear_layers
 
 RESULTS = Path(__file__).parent / "results"
 SEARCHES = {"greedy": 1, "beam 4": 4}
@@ -61,7 +60,7 @@ GROUPS = [
 def model_of(size: str, seed: int, pack: bool) -> tuple[Transformer, int]:
     model = hold_back_eos(random_model(size, seed))
     if pack:  # as the engine packs them (inference/engine.py)
-        pack_linear_layers(model, model.output, BLOCK, torch.float, model.once_per_batch(), True)
+        pack_for_translation(model)
     return model, model.config.tgt_vocab_size
 
 

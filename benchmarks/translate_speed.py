@@ -79,11 +79,10 @@ from transformer.config import DecodeConfig, ModelConfig, RuntimeConfig  # noqa:
 from transformer.data.corpora import load_splits  # noqa: E402
 from transformer.inference import translate_ids  # noqa: E402
 from transformer.inference.compiled import compile_decoding  # noqa: E402
+from transformer.inference.engine import pack_for_translation  # noqa: E402
 from transformer.inference.evaluate import score_translations  # noqa: E402
-from transformer.inference.next_tokens import BLOCK  # noqa: E402
 from transformer.inference.parallel import DecodeThreads, decode_threads  # noqa: E402
 from transformer.model import Transformer  # noqa: E402
-from transformer.model.linear import pack_linear_layers  # noqa: E402
 from transformer.model_dir.checkpoints import load_checkpoint, read_config, resolve_checkpoint
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 
@@ -202,7 +201,7 @@ def engine_model(args: argparse.Namespace, device: torch.device) -> Transformer:
     packs = device.type == "cpu" and args.engine not in ("torch-compiled", "torch-mkl")
     if packs:  # as `transformer translate` on a CPU
         dtype = torch.bfloat16 if args.engine == "torch-bf16" else torch.float
-        pack_linear_layers(model, model.output, BLOCK, dtype, model.once_per_batch(), True)
+        pack_for_translation(model, dtype)
     if args.engine == "torch-compiled":
         compile_decoding(model)
     return model

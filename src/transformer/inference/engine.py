@@ -169,16 +169,22 @@ def load_torch_engine(
     elif runtime.pack_weights and device.type == "cpu" and precision != "fp16":
         # (fp16 runs under autocast, whose products need the plain weights: nothing packed)
         dtype = torch.bfloat16 if precision == "bf16" else torch.float
-        # the output layer's rows padded to whole blocks of logits (next_tokens.py)
-        model = loaded.model
-        packed = pack_linear_layers(
-            model, model.output, BLOCK, dtype, model.once_per_batch(), release=True
-        )  # it only translates: no plain weights
+        packed = pack_for_translation(loaded.model, dtype)
     # bf16 on a CPU: in the packed layers, not autocast; auto takes it only that way
     bf16_cpu = precision == "bf16" and device.type == "cpu"
     autocast_precision = "fp32" if bf16_cpu and (packed or runtime.precision == "auto") else None
     return TorchEngine(
         loaded.model, tokenizers, decode, loaded.config, loaded.path, runtime, autocast_precision
+    )
+
+
+def pack_for_translation(model: EncoderDecoder, dtype: torch.dtype = torch.float) -> int:
+    """Packs ``model``'s linear layers in ``dtype`` as a model loaded to translate on a CPU is
+    packed (model/linear.py): the output layer's rows padded to whole blocks of logits
+    (next_tokens.py), and the plain weights released, since it only translates. Benchmarks call
+    it too, so that they time what ``translate`` runs. Returns how many layers were packed."""
+    return pack_linear_layers(
+        model, model.output, BLOCK, dtype, model.once_per_batch(), release=True
     )
 
 
