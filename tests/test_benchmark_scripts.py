@@ -67,3 +67,38 @@ def test_profile_decode_counts_onednn_products_and_packs_as_translate_does(tmp_p
         assert "| `mkldnn::_linear_pointwise` |" in report
         products = re.search(r"\| matrix products[^|]*\| ([\d.]+)% \|", report)
         assert products and float(products.group(1)) > 20, report
+
+
+def _bench(script: str, *args: str, timeout: int = 300) -> str:
+    command = [sys.executable, str(BENCHMARKS / script), *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=BENCHMARKS)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_the_scripts_the_gpu_checks_time_run_with_their_options_on_the_cpu(tmp_path):
+    """benchmarks/gpu_checks.sh's timed parts (speed, profile, decode) run only where a GPU is
+    lent, which is rare: their options and code paths are run here on the CPU, at toy sizes, so
+    that the GPU's few minutes are not lost to an option or an API that changed."""
+    checks = (BENCHMARKS / "gpu_checks.sh").read_text()
+    for used in ("train_speed.py --device cuda --preset base --batch 400 --steps 20 --rounds 3 "
+                 "--no-compile --report", "profile_step.py --device cuda --preset base",
+                 "decode_speed.py --device cuda --preset base"):  # fmt: skip
+        assert used in " ".join(checks.replace("\\\n", " ").split()), used
+    speed = tmp_path / "train_speed.md"
+    _bench("train_speed.py", "--device", "cpu", "--preset", "small", "--batch", "4",
+           "--steps", "1", "--rounds", "1", "--no-compile", "--report", str(speed))  # fmt: skip
+    table = speed.read_text()
+    for model in ("ours", "nn.Transformer"):
+        assert re.search(rf"\| {re.escape(model)} \| fp32 \| no \| [\d,]+ \|", table), table
+    assert re.search(r"ours / nn.Transformer, fp32, compile False: [\d.]+x", table)
+    profile = tmp_path / "profile_step.md"
+    _bench("profile_step.py", "--device", "cpu", "--preset", "small", "--batch", "4",
+           "--precision", "bf16", "--models", "ours,nn.Transformer", "--steps", "1",
+           "--rounds", "1", "--trace", str(tmp_path / "trace"),
+           "--report", str(profile))  # fmt: skip
+    assert "| ours | " in profile.read_text() and "| nn.Transformer | " in profile.read_text()
+    assert (tmp_path / "trace" / "trace_ours_bf16.json").stat().st_size > 0
+    decode = _bench("decode_speed.py", "--device", "cpu", "--preset", "small", "--vocab", "500",
+                    "--sentences", "4", "--batch-size", "2", "--repeats", "1")  # fmt: skip
+    assert re.search(r"greedy +yes +[\d.]+", decode) and re.search(r"beam 4 +no +[\d.]+", decode)
