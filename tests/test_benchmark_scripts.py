@@ -9,15 +9,18 @@ from pathlib import Path
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
+def _bench(script: str, *args: str, timeout: int = 600) -> str:
+    command = [sys.executable, str(BENCHMARKS / script), *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=BENCHMARKS)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
 def test_translate_speed_runs_a_trained_model_on_its_test_split(numbers_model, tmp_path):
     out = tmp_path / "table.md"
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "translate_speed.py"), "--model", str(numbers_model),
-         "--settings", "run", "--engines", "torch,torch-serial", "--threads", "1",
-         "--rounds", "1", "--limit", "6", "--markdown", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    _bench("translate_speed.py", "--model", str(numbers_model), "--settings", "run",
+           "--engines", "torch,torch-serial", "--threads", "1", "--rounds", "1", "--limit", "6",
+           "--markdown", str(out))  # fmt: skip
     table = out.read_text()
     assert "its test split (6 sentences)" in table
     for search in ("greedy", "beam 4"):  # each engine's row, with its BLEU and outputs compared
@@ -52,13 +55,8 @@ def test_profile_decode_counts_onednn_products_and_packs_as_translate_does(tmp_p
     """The profile's report groups oneDNN's products (``mkldnn::_linear_pointwise``) with the
     other matrix products; the layers are packed unless ``--no-pack``."""
     out = tmp_path / "profile.md"
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "profile_decode.py"), "--sizes", "small",
-         "--searches", "greedy", "--sentences", "4", "--steps", "3", "--rounds", "1",
-         "--top", "40", "--report", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    _bench("profile_decode.py", "--sizes", "small", "--searches", "greedy", "--sentences", "4",
+           "--steps", "3", "--rounds", "1", "--top", "40", "--report", str(out))  # fmt: skip
     report = out.read_text()
     assert "weights packed" in report
     from transformer.model.linear import can_pack
@@ -67,13 +65,6 @@ def test_profile_decode_counts_onednn_products_and_packs_as_translate_does(tmp_p
         assert "| `mkldnn::_linear_pointwise` |" in report
         products = re.search(r"\| matrix products[^|]*\| ([\d.]+)% \|", report)
         assert products and float(products.group(1)) > 20, report
-
-
-def _bench(script: str, *args: str, timeout: int = 300) -> str:
-    command = [sys.executable, str(BENCHMARKS / script), *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=BENCHMARKS)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
 
 
 def test_the_scripts_the_gpu_checks_time_run_with_their_options_on_the_cpu(tmp_path):

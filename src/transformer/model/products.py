@@ -90,11 +90,10 @@ def onednn_is_faster() -> bool:
     it is set, else whether oneDNN multiplied a (1,024, 512)·(512, 512)ᵀ at least ``MARGIN``
     times as fast as MKL (the fastest of 5 calls each, on the threads torch has now; about 30
     ms once)."""
+    choice = chosen_library()  # a bad value is refused here as well
     if not can_pack():
-        chosen_library()  # a bad value is refused here as well
         return False
     limit_onednn_caches()  # before oneDNN's first product, however it is chosen
-    choice = chosen_library()
     if choice is not None:
         return choice == "onednn"
     generator = torch.Generator().manual_seed(0)

@@ -117,8 +117,8 @@ class _LinearLabelSmoothedNll(torch.autograd.Function):
                 h = h * keep
                 if need_h:
                     grad_h[rows] = product(g, w.t()) * keep  # (C, D)
-                # (MKL: oneDNN reads g's transpose as a copy, one (C, V) block more)
                 if need_w and g.dtype == grad_w.dtype:  # fp32: the sum inside the product
+                    # MKL's, not products': oneDNN would copy g's transpose, a (C, V) block more
                     grad_w.addmm_(g.t(), h)  # (V, D)
                 elif need_w:  # the chunks' bf16 products summed in fp32
                     grad_w.add_(g.t() @ h)  # (V, D)
