@@ -114,19 +114,36 @@ def profiled(step: LoopStep, data: list, steps: int, trace: Path | None) -> dict
     kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
     busy_us = sum(e.device_time for e in kernels) if gpu else 0.0
     averages = prof.key_averages()
-    by_device = sorted(averages, key=lambda e: -e.self_device_time_total)[:15] if gpu else []
     by_host = sorted(averages, key=lambda e: -e.self_cpu_time_total)[:15]
+
+    def per_step(events, time) -> list[tuple[str, float, float]]:
+        return [(e.key, time(e) / 1000 / steps, e.count / steps) for e in events]
+
     return {
         "aten_calls": aten_calls / steps,
         "kernels": len(kernels) / steps,
         "busy_ms": busy_us / 1000 / steps,
-        "by_device": [
-            (e.key, e.self_device_time_total / 1000 / steps, e.count / steps) for e in by_device
-        ],  # fmt: skip
-        "by_host": [
-            (e.key, e.self_cpu_time_total / 1000 / steps, e.count / steps) for e in by_host
-        ],  # fmt: skip
+        "by_host": per_step(by_host, lambda e: e.self_cpu_time_total),
+        **(
+            {
+                "by_launcher": per_step(*_device_shares(averages, busy_us, host=True)),
+                "by_kernel": per_step(*_device_shares(averages, busy_us, host=False)),
+            }
+            if gpu
+            else {}
+        ),  # fmt: skip
     }
+
+
+def _device_shares(averages, busy_us: float, host: bool, share: float = 0.01, most: int = 40):
+    """The device time, each kernel once: by the host-side operator that launched it (``host``)
+    or by kernel, every row with at least ``share`` of the busy time (at most ``most`` rows),
+    largest first; and how to read a row's time."""
+    cpu = torch.autograd.DeviceType.CPU
+    rows = [e for e in averages if (e.device_type == cpu) == host and e.self_device_time_total]
+    rows.sort(key=lambda e: -e.self_device_time_total)
+    rows = [e for e in rows if e.self_device_time_total >= share * busy_us][:most]
+    return rows, lambda e: e.self_device_time_total
 
 
 def main() -> None:
@@ -188,10 +205,17 @@ def main() -> None:
             f"| {p['aten_calls']:,.0f} | {p['kernels']:,.0f} | "
             f"{p['busy_ms']:.1f} | {overhead} |"
         )
-        for title, key in (("device", "by_device"), ("host", "by_host")):
-            if not p[key]:
+        for title, key in (
+            ("device time per step by the operator that launched it, each at least 1% of the "
+             "busy time", "by_launcher"),
+            ("device time per step by kernel, each at least 1% of the busy time", "by_kernel"),
+            ("self host time per step, the 15 largest", "by_host"),
+        ):  # fmt: skip
+            if not p.get(key):
                 continue
-            details += ["", f"{name}: self {title} time per step, the 15 largest", "",
+            listed = sum(t for _, t, _ in p[key])
+            total = f" (these rows: {listed:.1f} ms)" if key != "by_host" else ""
+            details += ["", f"{name}: {title}{total}", "",
                         "| operator | ms/step | calls/step |", "|---|---|---|"]  # fmt: skip
             details += [f"| `{k[:90]}` | {t:.2f} | {c:.0f} |" for k, t, c in p[key]]
         print(lines[-1], flush=True)
