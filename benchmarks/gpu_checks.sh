@@ -8,7 +8,8 @@
 #           compiled = eager, serving on the GPU)
 # cli       the command line as a user runs it: short trainings with --device cuda in each
 #           precision, a resume, and the GPU-trained model translating on the CPU
-# profile   benchmarks/profile_step.py: where the bf16 `base` step's time goes (host and device)
+# profile   benchmarks/profile_step.py: where the bf16 `base` step's time goes (host and device);
+#           profile-compiled: the same compiled (not a default part)
 # speed     benchmarks/train_speed.py: ours against nn.Transformer, fp32 and bf16, MFU
 # decode    benchmarks/decode_speed.py --device cuda, the compiled step too (runtime.compile)
 # translate benchmarks/translate_speed.py --device cuda at OPUS-MT size: ours, and beside it
@@ -70,10 +71,11 @@ for p in $PARTS; do
             --batch 400 --precision bf16 --models ours,nn.Transformer --steps 10 --rounds 3 \
             --trace $RUNS/trace --report $OUT/profile_step_cuda.md && \
             gzip -c $RUNS/trace/trace_ours_bf16.json >$OUT/trace_ours_bf16.json.gz" ;;
-    profile-compiled)
+    profile-compiled)  # PROFILE_MODELS: ours alone takes half the compiling
         part profile-compiled 300 "cd benchmarks && python profile_step.py --device cuda \
-            --preset base --batch 400 --precision bf16 --models ours,nn.Transformer --compile \
-            --steps 10 --rounds 3 --report $OUT/profile_step_cuda_compiled.md" ;;
+            --preset base --batch 400 --precision bf16 --compile --steps 10 --rounds 3 \
+            --models ${PROFILE_MODELS:-ours,nn.Transformer} \
+            --report $OUT/profile_step_cuda_compiled.md" ;;
     speed)
         part speed 300 "cd benchmarks && python train_speed.py --device cuda --preset base \
             --batch 400 --steps 20 --rounds 3 --no-compile --report $OUT/train_speed_cuda.md" ;;
