@@ -27,57 +27,12 @@ from pathlib import Path
 import torch
 from machine import cpu_name
 from torch.profiler import ProfilerActivity, profile
-from train_speed import TorchTransformer, _LogitsLoss, batches, forward_flops, matmul_peak
+from train_speed import LoopStep, batches, forward_flops, matmul_peak
 
-from transformer.config import ModelConfig, RuntimeConfig, TrainConfig
-from transformer.device import DTYPES, autocast, grad_scaler
-from transformer.model import Transformer
-from transformer.training.chunked_loss import TrainingLoss
-from transformer.training.divergence import Divergence
-from transformer.training.metrics import Meter
-from transformer.training.optimizer import clip_gradients, make_optimizer
+from transformer.config import ModelConfig, RuntimeConfig
+from transformer.device import DTYPES
 
 RESULTS = Path(__file__).parent / "results"
-
-
-class LoopStep:
-    """One training step as training/loop.py takes it, for ``ours``; the reference gets the same
-    optimizer, clipping and precision around its own forward pass and loss."""
-
-    def __init__(self, name: str, config: ModelConfig, device: torch.device, precision: str,
-                 loss_chunk: int, compiled: bool) -> None:  # fmt: skip
-        torch.manual_seed(0)
-        self.name, self.device, self.precision = name, device, precision
-        self.train = TrainConfig()
-        if name == "ours":
-            self.model = Transformer(config).to(device)
-            self.forward = TrainingLoss(self.model, 0.1, loss_chunk, compile=compiled)
-        else:
-            self.model = TorchTransformer(config).to(device)
-            reference = _LogitsLoss(self.model)
-            self.forward = torch.compile(reference, dynamic=True) if compiled else reference
-        self.optimizer = make_optimizer(self.model, self.train)
-        for group in self.optimizer.param_groups:
-            group["lr"] = 1e-4
-        self.scaler = grad_scaler(device, precision)
-        self.watch = Divergence(device, check_grad_norm=not self.scaler.is_enabled())
-        self.meter = Meter(device)
-        self.model.train()
-
-    def __call__(self, batch: tuple, step: int) -> None:
-        src, tgt_in, tgt_out = batch
-        self.optimizer.zero_grad(set_to_none=True)
-        with autocast(self.device, self.precision):
-            sums = self.forward(src, tgt_in, tgt_out)
-        n_tokens = tgt_out.numel()  # the loop counts them on the CPU; any constant will do here
-        self.scaler.scale(sums.loss / n_tokens).backward()
-        self.watch.loss(step, sums.loss)
-        self.meter.add(sums, 0)
-        self.scaler.unscale_(self.optimizer)
-        grad_norm = clip_gradients(self.model, self.train.clip_norm)
-        self.watch.grad_norm(step, grad_norm)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
 
 
 def _sync(device: torch.device) -> None:

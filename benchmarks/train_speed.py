@@ -4,9 +4,11 @@
     python3 benchmarks/train_speed.py --device cuda --preset base  # GPU rows (a GPU machine)
 
 Both models have the same sizes, the same shared and tied embeddings, the same sinusoidal
-positions, the same label-smoothed loss, fused AdamW and the same batches (random ids, a tenth
-of each sentence padding). Ours trains as the training loop does: the final linear layer fused
-into the loss (``--loss-chunk``; 0 for the whole logits); the reference scores its whole logits
+positions, the same label-smoothed loss and the same batches (random ids, a tenth of each
+sentence padding), and both take the training loop's step (``LoopStep``, which profile_step.py
+profiles): autocast, the GradScaler, the divergence watch, ``clip_gradients`` and the fused
+AdamW of ``make_optimizer``. Ours computes its loss as the loop does, the final linear layer
+fused into it (``--loss-chunk``; 0 for the whole logits); the reference scores its whole logits
 with loss.py. Each round times ``--steps`` steps of each model in each precision in turn,
 after a warm-up; the best of ``--rounds`` counts, so that a machine busy with other work slows
 them alike. Rows: fp32 (TF32 off) and bf16 autocast on a GPU or a CPU with native bf16
@@ -30,10 +32,13 @@ from machine import cpu_name
 from torch import Tensor, nn
 
 from transformer.config import ModelConfig, RuntimeConfig, TrainConfig
-from transformer.device import DTYPES, native_bf16_cpu
+from transformer.device import DTYPES, autocast, grad_scaler, native_bf16_cpu
 from transformer.model import Transformer, products, sinusoidal_table
 from transformer.training.chunked_loss import TrainingLoss
+from transformer.training.divergence import Divergence
 from transformer.training.loss import label_smoothed_nll
+from transformer.training.metrics import Meter
+from transformer.training.optimizer import clip_gradients, make_optimizer
 from transformer.vocab import PAD_ID
 
 RESULTS = Path(__file__).parent / "results"
@@ -127,32 +132,45 @@ def batches(c: ModelConfig, B: int, L: int, n: int, device: torch.device) -> lis
     return out
 
 
-class Trainee:
-    """One model, its loss and its fused AdamW, stepping through ``data`` in one precision."""
+class LoopStep:
+    """One training step as training/loop.py takes it, for ``ours`` (its model built with seed
+    0); the reference gets the same optimizer, clipping and precision around its own forward
+    pass and loss. ``step(batch, n)``: ``n`` counts steps for the divergence watch."""
 
-    def __init__(self, name: str, model: nn.Module, precision: str, loss_chunk: int,
-                 compiled: bool) -> None:  # fmt: skip
-        self.name, self.precision = name, precision
-        t = TrainConfig()
-        self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=1e-4, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
-            weight_decay=0.0, fused=True,
-        )  # fmt: skip
-        if name == "ours":  # the loop's loss: fused with the final linear layer (chunked_loss.py)
-            self.forward: nn.Module = TrainingLoss(model, 0.1, loss_chunk, compile=compiled)
+    def __init__(self, name: str, config: ModelConfig, device: torch.device, precision: str,
+                 loss_chunk: int, compiled: bool) -> None:  # fmt: skip
+        torch.manual_seed(0)
+        self.name, self.device, self.precision = name, device, precision
+        self.train = TrainConfig()
+        if name == "ours":
+            self.model = Transformer(config).to(device)
+            self.forward = TrainingLoss(self.model, 0.1, loss_chunk, compile=compiled)
         else:
-            reference = _LogitsLoss(model)
+            self.model = TorchTransformer(config).to(device)
+            reference = _LogitsLoss(self.model)
             self.forward = torch.compile(reference, dynamic=True) if compiled else reference
-        model.train()
+        self.optimizer = make_optimizer(self.model, self.train)
+        for group in self.optimizer.param_groups:
+            group["lr"] = 1e-4
+        self.scaler = grad_scaler(device, precision)
+        self.watch = Divergence(device, check_grad_norm=not self.scaler.is_enabled())
+        self.meter = Meter(device)
+        self.model.train()
 
-    def step(self, batch: tuple) -> None:
+    def __call__(self, batch: tuple, step: int) -> None:
         src, tgt_in, tgt_out = batch
-        with torch.autocast(src.device.type, dtype=DTYPES[self.precision],
-                            enabled=self.precision != "fp32"):  # fmt: skip
-            sums = self.forward(src, tgt_in, tgt_out)
         self.optimizer.zero_grad(set_to_none=True)
-        (sums.loss / sums.n_tokens).backward()
-        self.optimizer.step()
+        with autocast(self.device, self.precision):
+            sums = self.forward(src, tgt_in, tgt_out)
+        n_tokens = tgt_out.numel()  # the loop counts them on the CPU; any constant will do here
+        self.scaler.scale(sums.loss / n_tokens).backward()
+        self.watch.loss(step, sums.loss)
+        self.meter.add(sums, 0)
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = clip_gradients(self.model, self.train.clip_norm)
+        self.watch.grad_norm(step, grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
 
 
 class _LogitsLoss(nn.Module):
@@ -166,7 +184,7 @@ class _LogitsLoss(nn.Module):
         return label_smoothed_nll(self.model(src, tgt_in), tgt_out, 0.1)
 
 
-def side_by_side(trainees: list[Trainee], data: list, device, steps: int, warmup: int,
+def side_by_side(trainees: list[LoopStep], data: list, device, steps: int, warmup: int,
                  rounds: int, clock=time.perf_counter) -> list[tuple]:  # fmt: skip
     """[(seconds per step, peak GPU memory above the weights and optimizer states of all the
     trainees, in bytes, or nan)] per trainee: each round times
@@ -175,7 +193,7 @@ def side_by_side(trainees: list[Trainee], data: list, device, steps: int, warmup
     seconds."""
     for trainee in trainees:
         for i in range(warmup):
-            trainee.step(data[i % len(data)])
+            trainee(data[i % len(data)], i + 1)
     best = [(math.inf, math.nan)] * len(trainees)
     for _ in range(rounds):
         for j, trainee in enumerate(trainees):
@@ -185,7 +203,7 @@ def side_by_side(trainees: list[Trainee], data: list, device, steps: int, warmup
                 torch.cuda.reset_peak_memory_stats(device)
             start = clock()
             for i in range(steps):
-                trainee.step(data[i % len(data)])
+                trainee(data[i % len(data)], warmup + i + 1)
             _sync(device)
             seconds = (clock() - start) / steps
             peak = (torch.cuda.max_memory_allocated(device) - resident if device.type == "cuda"
@@ -242,10 +260,8 @@ def main() -> None:
         trainees = []  # every model in every precision, timed in turn
         for precision in precisions:
             for name in args.models.split(","):
-                build = {"ours": Transformer, "nn.Transformer": TorchTransformer}[name]
-                torch.manual_seed(0)
-                model = build(config).to(device)
-                trainees.append(Trainee(name, model, precision, args.loss_chunk, compiled))
+                step = LoopStep(name, config, device, precision, args.loss_chunk, compiled)
+                trainees.append(step)
         timed = side_by_side(trainees, data, device, steps, warmup, args.rounds, clock)
         for trainee, (seconds, memory) in zip(trainees, timed, strict=True):
             achieved = flops / seconds
