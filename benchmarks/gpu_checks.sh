@@ -12,6 +12,8 @@
 #           profile-compiled: the same compiled (not a default part)
 # speed     benchmarks/train_speed.py: ours against nn.Transformer, fp32 and bf16, MFU
 # decode    benchmarks/decode_speed.py --device cuda, the compiled step too (runtime.compile)
+# step-cost benchmarks/step_cost.py --device cuda: the fused loss's and the optimizers' peak
+#           memory against the whole logits' (not a default part)
 # translate benchmarks/translate_speed.py --device cuda at OPUS-MT size: ours, and beside it
 #           generate and CTranslate2 where they are installed (not a default part)
 # multi30k  two minutes of the `multi30k-de-en` config (the `small` preset) on the GPU, bf16,
@@ -83,6 +85,9 @@ for p in $PARTS; do
         part speed-compiled 420 "cd benchmarks && python train_speed.py --device cuda \
             --preset base --batch 400 --steps 10 --rounds 2 --precisions bf16 \
             --report $OUT/train_speed_cuda_compiled.md" ;;
+    step-cost)  # peak memory is per process: valid beside other work, its times are not
+        part step-cost 200 "cd benchmarks && python step_cost.py --device cuda --preset base \
+            --rounds 2 --report $OUT/step_cost_cuda.md" ;;
     decode)
         part decode 300 "cd benchmarks && python decode_speed.py --device cuda --preset base \
             --vocab 32000 --sentences 256 --batch-size 64 --repeats 2 --compile" ;;

@@ -5,11 +5,13 @@
 #     benchmarks/gpu_wheels.sh; mkdir -p .gpu/data; cp ../shared/data/multi30k/* .gpu/data/
 #     (on the GPU machine, with .whl and .gpu carried)  benchmarks/gpu_one_call.sh
 #
-# The correctness parts (tests, cli), the two-minute Multi30k run and a first compile of the
-# `base` step go side by side; the timed parts (speed, the compiled profile, decode, the eager
-# profile, then speed-compiled in whatever time is left) run alone, one after another. $OUT/results.tar.gz (every log and report) is rewritten as each part ends,
-# so a call stopped at its limit still returns what finished; the Multi30k model comes back
-# as $OUT/m30k.tgz.part-* (cat them, then tar -xzf, for CPU benchmarks of a trained model).
+# The correctness parts (tests, cli), the two-minute Multi30k run, the loss's peak memory
+# (step_cost.py) and a first compile of the `base` step go side by side; the timed parts
+# (speed, the compiled profile, decode, the eager profile, then speed-compiled in whatever time
+# is left) run alone, one after another. $OUT/results.tar.gz (every log and report) is
+# rewritten as each part ends, so a call stopped at its limit still returns what finished; the
+# Multi30k model comes back as $OUT/m30k.tgz.part-* (cat them, then tar -xzf, for CPU
+# benchmarks of a trained model).
 set -u
 T0=$SECONDS
 DEADLINE=${DEADLINE:-580}  # seconds from the start
@@ -41,6 +43,8 @@ G=benchmarks/gpu_checks.sh
         $G /tmp/warm profile-compiled >"$R/g_warm.out" 2>&1
     echo "warm-up compile ended at $((SECONDS - T0)) s"
 ) &
+# The loss's and the optimizers' peak GPU memory (per process, so valid beside the others).
+(PART_LIMIT=200 $G "$R" step-cost >"$R/g_step-cost.out" 2>&1; echo "step-cost ended"; pack) &
 wait
 export PROFILE_MODELS=ours
 for p in speed:90 profile-compiled:110 decode:100 profile:60; do
