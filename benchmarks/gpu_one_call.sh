@@ -47,7 +47,7 @@ G=benchmarks/gpu_checks.sh
 (PART_LIMIT=200 $G "$R" step-cost >"$R/g_step-cost.out" 2>&1; echo "step-cost ended"; pack) &
 wait
 export PROFILE_MODELS=ours
-for p in speed:90 profile-compiled:110 decode:100 profile:60; do
+for p in speed:90 profile-compiled:110 decode:90 profile:50; do
     PART_LIMIT=${p#*:} $G "$R" "${p%:*}" >"$R/g_${p%:*}.out" 2>&1
     echo "${p%:*} ended at $((SECONDS - T0)) s"
     pack
