@@ -74,31 +74,29 @@ def profiled(step: LoopStep, data: list, steps: int, trace: Path | None) -> dict
     def per_step(events, time) -> list[tuple[str, float, float]]:
         return [(e.key, time(e) / 1000 / steps, e.count / steps) for e in events]
 
-    return {
+    def device_time(e) -> float:
+        return e.self_device_time_total
+
+    result = {
         "aten_calls": aten_calls / steps,
         "kernels": len(kernels) / steps,
         "busy_ms": busy_us / 1000 / steps,
         "by_host": per_step(by_host, lambda e: e.self_cpu_time_total),
-        **(
-            {
-                "by_launcher": per_step(*_device_shares(averages, busy_us, host=True)),
-                "by_kernel": per_step(*_device_shares(averages, busy_us, host=False)),
-            }
-            if gpu
-            else {}
-        ),  # fmt: skip
     }
+    if gpu:
+        host_side = [e for e in averages if e.device_type == torch.autograd.DeviceType.CPU]
+        kernel_side = [e for e in averages if e.device_type != torch.autograd.DeviceType.CPU]
+        result["by_launcher"] = per_step(_largest(host_side, busy_us), device_time)
+        result["by_kernel"] = per_step(_largest(kernel_side, busy_us), device_time)
+    return result
 
 
-def _device_shares(averages, busy_us: float, host: bool, share: float = 0.01, most: int = 40):
-    """The device time, each kernel once: by the host-side operator that launched it (``host``)
-    or by kernel, every row with at least ``share`` of the busy time (at most ``most`` rows),
-    largest first; and how to read a row's time."""
-    cpu = torch.autograd.DeviceType.CPU
-    rows = [e for e in averages if (e.device_type == cpu) == host and e.self_device_time_total]
-    rows.sort(key=lambda e: -e.self_device_time_total)
-    rows = [e for e in rows if e.self_device_time_total >= share * busy_us][:most]
-    return rows, lambda e: e.self_device_time_total
+def _largest(events, busy_us: float, share: float = 0.01, most: int = 40) -> list:
+    """The events with at least ``share`` of the busy device time (at most ``most``), largest
+    first. Given only host-side operators or only kernels, each kernel's time counts once:
+    host-side, on the operator that launched it."""
+    rows = [e for e in events if e.self_device_time_total >= max(share * busy_us, 1e-9)]
+    return sorted(rows, key=lambda e: -e.self_device_time_total)[:most]
 
 
 def main() -> None:

@@ -260,8 +260,8 @@ def main() -> None:
         trainees = []  # every model in every precision, timed in turn
         for precision in precisions:
             for name in args.models.split(","):
-                step = LoopStep(name, config, device, precision, args.loss_chunk, compiled)
-                trainees.append(step)
+                trainees.append(LoopStep(name, config, device, precision, args.loss_chunk,
+                                         compiled))  # fmt: skip
         timed = side_by_side(trainees, data, device, steps, warmup, args.rounds, clock)
         for trainee, (seconds, memory) in zip(trainees, timed, strict=True):
             achieved = flops / seconds
