@@ -93,3 +93,19 @@ def test_the_scripts_the_gpu_checks_time_run_with_their_options_on_the_cpu(tmp_p
     decode = _bench("decode_speed.py", "--device", "cpu", "--preset", "small", "--vocab", "500",
                     "--sentences", "4", "--batch-size", "2", "--repeats", "1")  # fmt: skip
     assert re.search(r"greedy +yes +[\d.]+", decode) and re.search(r"beam 4 +no +[\d.]+", decode)
+
+
+def test_the_gpu_profile_lists_each_kernel_once_and_every_row_of_at_least_1_percent(monkeypatch):
+    """profile_step.py's GPU tables (run only where a GPU is lent): from host-side operators or
+    from kernels, never both in one table, rows of at least 1% of the busy time, largest first."""
+    from types import SimpleNamespace
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from profile_step import _largest
+
+    times = [500.0, 5.0, 300.0, 20.0, 0.0] + [11.0] * 50
+    events = [SimpleNamespace(key=f"op{i}", self_device_time_total=t) for i, t in enumerate(times)]
+    rows = _largest(events, busy_us=1000.0)
+    assert [e.self_device_time_total for e in rows[:3]] == [500.0, 300.0, 20.0]
+    assert len(rows) == 40 and all(e.self_device_time_total >= 10.0 for e in rows)
+    assert _largest(events[4:5], busy_us=0.0) == []
