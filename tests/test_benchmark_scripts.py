@@ -103,9 +103,12 @@ def test_the_gpu_profile_lists_each_kernel_once_and_every_row_of_at_least_1_perc
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     from profile_step import _largest
 
-    times = [500.0, 5.0, 300.0, 20.0, 0.0] + [11.0] * 50
-    events = [SimpleNamespace(key=f"op{i}", self_device_time_total=t) for i, t in enumerate(times)]
-    rows = _largest(events, busy_us=1000.0)
-    assert [e.self_device_time_total for e in rows[:3]] == [500.0, 300.0, 20.0]
-    assert len(rows) == 40 and all(e.self_device_time_total >= 10.0 for e in rows)
-    assert _largest(events[4:5], busy_us=0.0) == []
+    def events(*times: float) -> list:
+        return [
+            SimpleNamespace(key=f"op{i}", self_device_time_total=t) for i, t in enumerate(times)
+        ]
+
+    rows = _largest(events(5.0, 500.0, 9.9, 300.0, 20.0, 0.0, 10.0), busy_us=1000.0)
+    assert [e.self_device_time_total for e in rows] == [500.0, 300.0, 20.0, 10.0]
+    assert len(_largest(events(*[11.0] * 50), busy_us=1000.0)) == 40
+    assert _largest(events(0.0), busy_us=0.0) == []
