@@ -5,10 +5,11 @@ small matrix product gains little from a second core. Two batches decoded at onc
 core, keep both cores busy instead: on the 2-core CPU, Multi30k's test2016 with two batches at
 once on one thread each against one batch at a time on two threads (docs/speed.md). Torch lets
 go of Python's global lock inside each operation, so threads are enough where the operators are
-most of the work: at Multi30k's size two processes were no faster. At the demo's size, where a
-fifth of a step is Python and that Python runs one thread at a time, two processes were
-1.10-1.25x faster (benchmarks/threads_processes.py); forked ones hang in torch, and spawned
-ones would load torch and the model again, so the workers stay threads.
+most of the work: at Multi30k's size two processes were 1.05-1.12x faster, one forked from the
+loaded model 1.05x. At the demo's size, where a fifth of a step is Python and that Python runs
+one thread at a time, two processes were 1.10-1.25x faster (benchmarks/threads_processes.py);
+but a forked one hangs in torch unless the process had set one OpenMP thread before the fork,
+and spawned ones would load torch and the model again, so the workers stay threads.
 
 ``map_batches`` runs the batches on the calling thread and ``inter - 1`` worker threads. The
 model is only read; every batch has its own key/value cache. Each worker runs with the calling
