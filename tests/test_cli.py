@@ -52,7 +52,7 @@ TRAINING = {"runtime.timeout_minutes", "runtime.loss_chunk"}
 ALIGNMENTS = {"decode.alignment", "decode.alignment_method"}
 TEXT_ONLY = {"decode.nbest"} | ALIGNMENTS
 ONE_SENTENCE = {"runtime.inter_threads", "decode.batch_size", "decode.max_source_tokens"}
-SAMPLES = {"decode.temperature", "decode.top_k", "decode.top_p"}
+SAMPLES = {"decode.temperature", "decode.top_k", "decode.top_p", "decode.sampling_seed"}
 SEARCH = TEXT_ONLY | SAMPLES | {f"decode.{key}" for key in (
     "beam_size", "sampling", "max_len_a", "max_len_b", "min_len", "no_repeat_ngram",
     "repetition_penalty")}  # fmt: skip

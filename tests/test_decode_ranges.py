@@ -101,7 +101,7 @@ def test_every_search_is_finite_at_the_bounds(values):
         "sampling": replace(base, sampling=True, nbest=3),
     }
     for config in searches.values():
-        found = translate_ids(model, SENTENCES, config, generator=torch.Generator().manual_seed(0))
+        found = translate_ids(model, SENTENCES, replace(config, sampling_seed=0))
         check_hypotheses(found, limit)
 
 
@@ -109,7 +109,7 @@ def test_the_widest_beam_and_nbest_are_finite():
     model, src = sharp_model(), padded(SENTENCES[:2])
     wide = DecodeConfig(beam_size=1024, nbest=1024, max_len_a=0.0, max_len_b=3)
     check_hypotheses(beam_search(model, src, wide), 3)
-    drawn = sample(model, src, replace(wide, sampling=True), torch.Generator().manual_seed(0))
+    drawn = sample(model, src, replace(wide, sampling=True, sampling_seed=0))
     check_hypotheses([drawn], 3)
 
 
@@ -134,10 +134,10 @@ def test_the_length_penalty_is_finite_at_its_bound_and_the_longest_output():
 def test_temperature_at_its_bounds_is_greedy_and_near_uniform():
     model, src = sharp_model(), padded(SENTENCES)
     cold = DecodeConfig(sampling=True, temperature=0.01, max_len_b=6)
-    drawn = sample(model, src, cold, torch.Generator().manual_seed(3))
+    drawn = sample(model, src, replace(cold, sampling_seed=3))
     assert [h.tokens for h in drawn] == [h.tokens for h in greedy_search(model, src, cold)]
     hot = replace(cold, temperature=100.0)
-    drawn = sample(model, padded([SENTENCES[0]] * 200), hot, torch.Generator().manual_seed(3))
+    drawn = sample(model, padded([SENTENCES[0]] * 200), hot, seeds=range(200))  # one seed a row
     assert len({h.tokens[0] for h in drawn if h.tokens}) > 10  # of 27 tokens it may draw
 
 

@@ -140,7 +140,7 @@ SEARCHES = {
     "greedy": lambda m, src, **kw: greedy_search(m, src, DC(max_len_b=12), **kw),
     "beam": lambda m, src, **kw: beam_search(m, src, DC(beam_size=4, nbest=3, max_len_b=12), **kw),
     "sample": lambda m, src, **kw: sample(
-        m, src, DC(sampling=True, max_len_b=12), torch.Generator().manual_seed(7), **kw
+        m, src, DC(sampling=True, max_len_b=12, sampling_seed=7), **kw
     ),
 }
 
@@ -298,10 +298,9 @@ def test_a_search_keeps_its_batch_to_few_row_counts_and_each_sentence_its_output
     model.output.append(output)
     # one length limit for all (12 tokens): an idle row leaves at its own limit (next test)
     config = DC(max_len_a=0.0, max_len_b=12, beam_size=4 if search == "beam" else 1,
-                sampling=search == "sample")  # fmt: skip
+                sampling=search == "sample", sampling_seed=7)  # fmt: skip
     run = {"greedy": greedy_search, "beam": beam_search, "sample": sample}[search]
-    extra = (torch.Generator().manual_seed(7),) if search == "sample" else ()
-    batch = run(model, padded(sentences), config, *extra)
+    batch = run(model, padded(sentences), config)
     K, sizes = config.beam_size, {40, 32, 16, 8, 4, 2, 1}
     if search == "sample":  # finished rows leave at once: a row's tokens may all be banned
         assert not set(rows) <= sizes, rows
@@ -394,10 +393,7 @@ def test_max_length_is_respected_and_hypotheses_end_cleanly(a, b):
         "sample": [
             [h]
             for h in sample(
-                model,
-                src,
-                DC(max_len_a=a, max_len_b=b, sampling=True),
-                torch.Generator().manual_seed(0),
+                model, src, DC(max_len_a=a, max_len_b=b, sampling=True, sampling_seed=0)
             )
         ],
     }
@@ -426,15 +422,13 @@ def test_search_restores_the_training_mode_and_uses_eval_semantics():
 # --- Sampling on a random model ------------------------------------------------------------
 def test_sampling_with_top_k_1_equals_greedy():
     model, src = varied(), padded(SENTENCES)
-    generator = torch.Generator().manual_seed(0)
-    assert_same(
-        sample(model, src, DC(sampling=True, top_k=1), generator), greedy_search(model, src)
-    )
+    drawn = sample(model, src, DC(sampling=True, top_k=1, sampling_seed=0))
+    assert_same(drawn, greedy_search(model, src))
 
 
 def test_same_seed_same_samples():
     model, src = varied(), padded(SENTENCES * 2)
-    runs = [sample(model, src, generator=torch.Generator().manual_seed(s)) for s in (1, 1, 2)]
+    runs = [sample(model, src, DC(sampling=True, sampling_seed=s)) for s in (1, 1, 2)]
     assert_same(runs[0], runs[1])
     assert [h.tokens for h in runs[0]] != [h.tokens for h in runs[2]]
 
@@ -466,11 +460,8 @@ def test_translate_ids_returns_input_order_whatever_the_batching(beam_size):
 
 def test_translate_ids_sampling_gives_nbest_samples_sorted_and_reproducible():
     model = varied()
-    config = DecodeConfig(sampling=True, nbest=3, top_k=5, batch_size=2)
-    first, again = (
-        translate_ids(model, CORPUS, config, generator=torch.Generator().manual_seed(3))
-        for _ in range(2)
-    )
+    config = DecodeConfig(sampling=True, nbest=3, top_k=5, batch_size=2, sampling_seed=3)
+    first, again = (translate_ids(model, CORPUS, config) for _ in range(2))
     assert_same(first, again)
     for hyps in first:
         assert len(hyps) == 3

@@ -38,7 +38,7 @@ def searches(config: DecodeConfig, seed: int = 7) -> dict:
         "greedy": lambda m, s, p=None: [[h] for h in greedy_search(m, s, config, prefix=p)],
         "beam": lambda m, s, p=None: beam_search(m, s, beam, prefix=p),
         "sample": lambda m, s, p=None: [[h] for h in sample(
-            m, s, sampling, torch.Generator().manual_seed(seed), prefix=p)],
+            m, s, replace(sampling, sampling_seed=seed), prefix=p)],
     }  # fmt: skip
 
 
@@ -134,9 +134,18 @@ def test_every_option_at_its_neutral_value_is_the_option_absent(search):
     assert [h.score for hyps in neutral for h in hyps] == [h.score for hyps in plain for h in hyps]
 
 
-def plain_sampler(generator: torch.Generator):
-    """Sampling as it was before top-p: softmax of the log-probabilities, one draw."""
-    return lambda log_probs: torch.multinomial(log_probs.softmax(dim=-1), 1, generator=generator)
+def plain_sampler(seed: int, limit: int):
+    """Sampling without top-p or any rule: the softmax of the log-probabilities, each step's
+    token the first whose cumulative probability reaches that step's number (in (0, 1], from a
+    generator seeded ``seed``: the row's own, as ``sample`` draws them) times the total,
+    found by ``searchsorted``."""
+    numbers = iter(1.0 - torch.rand(limit + 1, generator=torch.Generator().manual_seed(seed)))
+
+    def pick(log_probs):  # (1, V)
+        cumulative = log_probs.softmax(dim=-1)[0].cumsum(dim=0)  # (V,)
+        return torch.searchsorted(cumulative, next(numbers) * cumulative[-1])
+
+    return pick
 
 
 def test_greedy_and_top_p_1_sampling_equal_the_plain_reference():
@@ -146,8 +155,8 @@ def test_greedy_and_top_p_1_sampling_equal_the_plain_reference():
         tokens, log_prob = reference(model, src, len(src) + 6)
         assert greedy.tokens == tokens and greedy.log_prob == pytest.approx(log_prob, abs=1e-4)
         config = DC(sampling=True, max_len_b=6, **NEUTRAL)
-        drawn = sample(model, torch.tensor([src]), config, torch.Generator().manual_seed(5))[0]
-        pick = plain_sampler(torch.Generator().manual_seed(5))
+        drawn = sample(model, torch.tensor([src]), config, seeds=[5])[0]
+        pick = plain_sampler(5, len(src) + 6)
         tokens, log_prob = reference(model, src, len(src) + 6, pick=pick)
         assert drawn.tokens == tokens and drawn.log_prob == pytest.approx(log_prob, abs=1e-4)
 
@@ -155,7 +164,7 @@ def test_greedy_and_top_p_1_sampling_equal_the_plain_reference():
 # --- top-p -------------------------------------------------------------------------------------
 def test_a_tiny_top_p_equals_greedy():
     model, src = random_model(2), padded(SENTENCES)
-    drawn = sample(model, src, DC(sampling=True, top_p=1e-6), torch.Generator().manual_seed(0))
+    drawn = sample(model, src, DC(sampling=True, top_p=1e-6, sampling_seed=0))
     greedy = greedy_search(model, src)
     assert [h.tokens for h in drawn] == [h.tokens for h in greedy]
     # to float32 rounding: greedy search keeps finished rows in its batch (search.rows_kept),
@@ -167,8 +176,7 @@ def test_a_tiny_top_p_equals_greedy():
                                                 (0.81, {A, B, C})])  # fmt: skip
 def test_top_p_keeps_the_fewest_tokens_whose_probability_reaches_p(top_p, support):
     stub = Stub({(): {A: 0.5, B: 0.3, C: 0.2}})  # then EOS
-    drawn = sample(stub, torch.full((400, 1), 5), DC(sampling=True, top_p=top_p),
-                   torch.Generator().manual_seed(0))  # fmt: skip
+    drawn = sample(stub, torch.full((400, 1), 5), DC(sampling=True, top_p=top_p), range(400))
     assert {h.tokens[0] for h in drawn} == support
     kept = torch.tensor([0.5, 0.3, 0.2])[: len(support)]
     share_a = sum(h.tokens[0] == A for h in drawn) / len(drawn)

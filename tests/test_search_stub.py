@@ -75,9 +75,8 @@ def test_pad_and_bos_are_never_generated_and_eos_is_forced_at_the_limit(use_cach
         assert nbest[1].tokens == [A] * limit
         assert nbest[1].log_prob == pytest.approx(limit * math.log(0.2) + math.log(0.001))
         assert all(len(h.tokens) <= limit and set(h.tokens) <= {A, B} for h in nbest)
-    generator = torch.Generator().manual_seed(0)
     for hyp, limit in zip(
-        sample(stub, src, DC(sampling=True, top_k=2, max_len_a=1.5, max_len_b=2), generator),
+        sample(stub, src, DC(sampling=True, top_k=2, max_len_a=1.5, max_len_b=2, sampling_seed=0)),
         limits,
         strict=True,
     ):
@@ -101,9 +100,7 @@ def test_finished_sentences_leave_the_running_batch(use_cache):
 
 
 def first_tokens(stub: Stub, n: int, **kwargs) -> list[int]:
-    hyps = sample(
-        stub, SRC.repeat(n, 1), DC(sampling=True, **kwargs), torch.Generator().manual_seed(0)
-    )
+    hyps = sample(stub, SRC.repeat(n, 1), DC(sampling=True, **kwargs), seeds=range(n))
     return [h.tokens[0] for h in hyps]
 
 

@@ -74,7 +74,7 @@ ONE_SENTENCE = MANY_BATCHES | _keys("decode", "batch_size", "max_source_tokens")
 ALIGNMENTS = _keys("decode", "alignment", "alignment_method")
 # a translation's text only: one a sentence, no alignments
 TEXT_ONLY = _keys("decode", "nbest") | ALIGNMENTS
-SAMPLES = _keys("decode", "temperature", "top_k", "top_p")  # sampling's options
+SAMPLES = _keys("decode", "temperature", "top_k", "top_p", "sampling_seed")  # sampling's options
 # what a search is: a score (teacher-forced) searches for nothing
 LIMITS = _keys("decode", "max_len_a", "max_len_b", "min_len")
 RULES = _keys("decode", "beam_size", "sampling", "no_repeat_ngram", "repetition_penalty")

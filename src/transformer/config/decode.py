@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..errors import BadValue
-from .checks import check_finite, check_ranges, check_types, range_of, ranged
+from .checks import MAX_SEED, check_finite, check_ranges, check_types, range_of, ranged
 from .model import ModelConfig
 
 # No output is longer than the model's positions; no model has more than this many.
@@ -49,6 +49,11 @@ class DecodeConfig:
     top_p: float = ranged(1.0, 0, 1, open_low=True)
     """Sample from the fewest most likely tokens whose probability reaches p (nucleus); 1: all;
     in (0, 1] (the most likely token is always kept)."""
+    sampling_seed: int = ranged(-1, -1, MAX_SEED)
+    """Sampling's random seed: each sentence's samples then depend only on the seed, the
+    sentence, its prefix and the other options, never on the batch, the threads or the other
+    sentences, so that the same input gives the same samples; -1: new samples each time; in
+    [-1, 4294967295]."""
     min_len: int = ranged(0, 0, LONGEST)
     """No EOS before this many output tokens (a prefix counts); 0: none; in [0, 65536]."""
     no_repeat_ngram: int = ranged(0, 0, LONGEST)

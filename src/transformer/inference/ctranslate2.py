@@ -76,6 +76,7 @@ from ..model_dir.layout import ignored_choice, model_dir_of
 from ..vocab import BOS_ID, EOS_ID, PAD_ID
 from .alignment import NO_MASKING
 from .glossary import NO_CONSTRAINED_SEARCH
+from .greedy import NO_SEED
 from .inputs import check_ids, check_runtime, search_of
 from .parallel import DecodeThreads
 from .score import ScoreResult, score_with
@@ -223,6 +224,8 @@ class CTranslate2Engine:
         heads = self.config.model.n_heads
         if d.alignment and d.alignment_method == "masking":
             raise UserError(f"alignment_method {d.alignment_method}: {NO_MASKING}")
+        if d.sampling and d.sampling_seed >= 0:
+            raise UserError(f"sampling_seed {d.sampling_seed}: {NO_SEED}")
         if d.alignment and self.alignment_heads not in (None, heads):
             raise UserError(f"alignment: this ctranslate2 export averages {self.alignment_heads} "
                             f"of {heads} heads; export the model again for alignments")  # fmt: skip
@@ -348,6 +351,8 @@ def load_ctranslate2(
     decode = config.decode.with_search(**search)
     if decode.alignment_method == "masking":  # the run's own decode config
         raise UserError(f"alignment_method {decode.alignment_method}: {NO_MASKING}")
+    if decode.sampling and decode.sampling_seed >= 0:
+        raise UserError(f"sampling_seed {decode.sampling_seed}: {NO_SEED}")
     tokenizers = tokenizers.for_target_language(decode.target_language)
     # CTranslate2 decodes num_translators batches at once (its inter_threads on a CPU)
     threads = DecodeThreads(inter=model.num_translators) if model.device == "cpu" else None

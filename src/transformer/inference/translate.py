@@ -36,7 +36,7 @@ from .alignment import attach_attention, attach_masking, word_links, word_of_pie
 from .beam import beam_search
 from .constrained_beam import Terms, constrained_beam_search
 from .glossary import Glossary, count_occurrences
-from .greedy import greedy_search, sample
+from .greedy import greedy_search, row_seeds, sample
 from .inputs import check_ids, check_texts
 from .parallel import DecodeThreads, map_batches
 from .search import Hypothesis, Stopped, within
@@ -54,7 +54,6 @@ def translate_ids(
     sentences: list[list[int]],
     config: DecodeConfig,
     use_cache: bool = True,
-    generator: torch.Generator | None = None,
     prefixes: list[list[int]] | None = None,
     stopped: Stopped | None = None,
     terms: Terms | None = None,
@@ -70,7 +69,6 @@ def translate_ids(
             encodes pieces + EOS); nothing is added or removed here. May be empty; no PAD_ID.
         config: the search and its limits: at most ``batch_size`` sentences and
             ``max_source_tokens`` padded source tokens per batch (a longer sentence goes alone).
-        generator: the random source for sampling.
         prefixes: per sentence, the target ids its output must start with ([]: none).
         stopped: whether nobody waits for sentence i any more (search.py): it ends early.
         terms: per sentence, the target id sequences its output must contain ([]: none).
@@ -87,7 +85,7 @@ def translate_ids(
         src_ids = pad([sentences[i] for i in indices], device)  # (B, S)
         prefix = pad([prefixes[i] for i in indices], device) if prefixes else None  # (B, P)
         forced = [terms[i] for i in indices] if terms else None
-        return search(model, src_ids, config, use_cache, generator, prefix, left, forced)
+        return search(model, src_ids, config, use_cache, prefix, left, forced)
 
     return in_length_batches(sentences, config, run, stopped, threads)
 
@@ -143,13 +141,13 @@ def search(
     src_ids: Tensor,
     config: DecodeConfig,
     use_cache: bool = True,
-    generator: torch.Generator | None = None,
     prefix: Tensor | None = None,
     stopped: Stopped | None = None,
     terms: Terms | None = None,
 ) -> list[list[Hypothesis]]:
     """One batch (B, S) through the search that the config asks for: sampling (``nbest``
-    samples per sentence), greedy search (``beam_size`` 1) or beam search; ``prefix`` (B, P),
+    samples per sentence, each row seeded by its sentence and sample with ``config.sampling_seed``:
+    ``greedy.row_seeds``), greedy search (``beam_size`` 1) or beam search; ``prefix`` (B, P),
     right-padded, is forced at the start of the outputs. A batch where some sentence has
     ``terms`` (target id sequences its output must contain) goes to constrained beam search,
     with the config's beam (1 too). With ``config.alignment`` every hypothesis gets its
@@ -163,7 +161,11 @@ def search(
         repeated = src_ids.repeat_interleave(n, dim=0)  # (B·n, S): n samples per sentence
         prefixes = prefix.repeat_interleave(n, dim=0) if prefix is not None else None  # (B·n, P)
         per_row = within(stopped, [r // n for r in range(repeated.size(0))])
-        drawn = sample(model, repeated, config, generator, use_cache, prefixes, per_row)
+        seeds = None
+        if config.sampling_seed >= 0:  # each row's own: its sentence's, and which sample it is
+            which = [r % n for r in range(repeated.size(0))]
+            seeds = row_seeds(config.sampling_seed, repeated, prefixes, which)
+        drawn = sample(model, repeated, config, seeds, use_cache, prefixes, per_row)
         found = [sorted(drawn[i : i + n], key=lambda h: -h.score) for i in range(0, len(drawn), n)]
     elif config.beam_size == 1:
         found = [[h] for h in greedy_search(model, src_ids, config, use_cache, prefix, stopped)]

@@ -10,6 +10,7 @@ from ..inference.alignment import NO_MASKING
 from ..inference.cost import Cost
 from ..inference.engine import Engine
 from ..inference.glossary import NO_CONSTRAINED_SEARCH, Glossary
+from ..inference.greedy import NO_SEED
 from ..inference.score import TargetTooLong
 from ..inference.translate import prefix_problem
 from .errors import ApiError
@@ -56,9 +57,12 @@ def search(default: DecodeConfig, **options: object) -> DecodeConfig:
 
 
 def check_engine_can(engine: Engine, decode: DecodeConfig) -> None:
-    """422 for a search the engine cannot do: masking alignments on CTranslate2."""
+    """422 for a search the engine cannot do: masking alignments or seeded sampling on
+    CTranslate2."""
     if engine.name == "ctranslate2" and decode.alignment_method == "masking":
         raise ApiError(422, "invalid_request", f"alignment_method: {NO_MASKING}")
+    if engine.name == "ctranslate2" and decode.sampling and decode.sampling_seed >= 0:
+        raise ApiError(422, "invalid_request", f"sampling_seed: {NO_SEED}")
 
 
 def one_beam(default: DecodeConfig, body: BaseModel) -> DecodeConfig:

@@ -164,6 +164,8 @@ _DESCRIPTIONS = {
     "temperature": "sampling temperature: < 1 sharper, > 1 flatter",
     "top_k": "sampling: only the k most likely tokens; 0: all",
     "top_p": "sampling: only the fewest most likely tokens whose probability reaches p; 1: all",
+    "sampling_seed": "sampling: the same seed gives each sentence the same samples, whatever "
+    "else is in the request or the batch; -1: new samples each time",
     "min_len": "no end before this many tokens",
     "no_repeat_ngram": "no n-gram of target pieces twice in a translation; 0: off",
     "repetition_penalty": "tokens already produced have their logit divided by this (CTRL); 1: off",
@@ -197,6 +199,7 @@ class TranslateRequest(BeamSearchOptions):
     temperature: float | None = _search_option("temperature", **_FLOAT)
     top_k: int | None = _search_option("top_k")
     top_p: float | None = _search_option("top_p", **_FLOAT)
+    sampling_seed: int | None = _search_option("sampling_seed")
     no_repeat_ngram: int | None = _search_option("no_repeat_ngram")
     repetition_penalty: float | None = _search_option("repetition_penalty", **_FLOAT)
     alignment: bool | None = _search_option("alignment")
