@@ -189,6 +189,36 @@ def test_nucleus_on_hand_computed_scores():
     assert kept == [[False, True, True]]  # 0.6 < 0.7 <= 0.6 + 0.3
 
 
+def nucleus_by_sorting(scores, top_p):
+    """The nucleus as Holtzman et al. describe it: the whole vocabulary sorted, its cumulative
+    probability, the tokens after p is reached dropped (the first always kept)."""
+    ordered, order = scores.sort(dim=-1, descending=True)
+    probs = ordered.softmax(dim=-1)
+    drop = probs.cumsum(dim=-1) - probs >= top_p
+    drop[:, 0] = False
+    return scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+
+
+@pytest.mark.parametrize("vocab", [3, 100, 8000])
+def test_the_nucleus_is_the_one_a_sort_of_the_vocabulary_finds(vocab):
+    g = torch.Generator().manual_seed(vocab)
+    # peaked rows (the nucleus among the first 64), flat rows (beyond them: k grows), and rows
+    # with banned tokens (-inf), as top-k and the search rules leave them
+    scores = torch.cat([torch.randn(8, vocab, generator=g) * sharpness for sharpness in
+                        (8.0, 2.0, 0.3, 0.01)]).log_softmax(dim=-1)  # fmt: skip
+    scores[::5, : vocab // 2] = float("-inf")
+    # (a p within float32's rounding of 1, 0.999999, moves the tail's edge by a few of
+    # thousands of equal tokens: the two sum the probabilities in other orders)
+    for top_p in (1e-300, 0.1, 0.5, 0.9, 0.99, 0.999):
+        got, want = nucleus(scores, top_p), nucleus_by_sorting(scores, top_p)
+        # the same tokens, but for which of equal scores at the edge (flat rows have ties)
+        assert torch.equal(got.sort(dim=-1).values, want.sort(dim=-1).values), top_p
+        assert torch.equal(got[got.isfinite()], scores[got.isfinite()])
+        assert (got.isfinite() == want.isfinite()).all(dim=-1).sum() >= len(scores) - 1
+    if vocab == 8000:  # flat rows hold nuclei of thousands of tokens, found after the first 64
+        assert int(nucleus(scores, 0.9)[-8:].isfinite().sum(dim=-1).min()) > 1000
+
+
 # --- min_len -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("search", ["greedy", "beam", "sample"])
 def test_min_len_is_honoured(search):

@@ -139,9 +139,20 @@ def ban_repeated_ngrams(
     log_probs[row, grams[row, start, n - 1]] = float("-inf")
 
 
+# How many of the most likely tokens ``nucleus`` looks for the nucleus among first (then four
+# times as many, until it is found): a translation's next token is seldom uncertain, and a top-k
+# is cheap where a sort of the vocabulary is not (64 rows of 8,000 words, one thread: topk(64)
+# 1.4 ms, sort 26 ms, more than the rest of a decoding step).
+NUCLEUS_FIRST = 64
+
+
 def nucleus(scores: Tensor, top_p: float) -> Tensor:
     """Keeps the fewest most likely tokens whose probability reaches ``top_p`` (Holtzman et al.
     2020, §3.1), always at least one; the others get -inf.
+
+    A row's nucleus lies among its k most likely tokens when their probability reaches
+    ``top_p`` (every other token then has p before it); k starts at ``NUCLEUS_FIRST`` and grows,
+    for the rows whose nucleus is not found yet, until it holds or k is the vocabulary.
 
     Args:
         scores: log-probabilities or logits (N, V) (after temperature and top-k).
@@ -150,13 +161,21 @@ def nucleus(scores: Tensor, top_p: float) -> Tensor:
     """
     if top_p >= 1.0:
         return scores
-    sorted_scores, order = scores.sort(dim=-1, descending=True)  # (N, V)
-    probs = sorted_scores.softmax(dim=-1)
-    before = probs.cumsum(dim=-1) - probs  # (N, V) the mass of the more likely tokens
-    drop_sorted = before >= top_p  # p is reached without this token
-    drop_sorted[:, 0] = False  # the most likely: a top_p below float32's least (1e-300) is 0
-    drop = drop_sorted.scatter(1, order, drop_sorted)  # (N, V) back in vocabulary order
-    return scores.masked_fill(drop, float("-inf"))
+    V = scores.size(-1)
+    normaliser = scores.logsumexp(dim=-1, keepdim=True)  # (N, 1)
+    kept = torch.zeros_like(scores, dtype=torch.bool)  # (N, V)
+    rows = torch.arange(scores.size(0), device=scores.device)  # (n,) nucleus not found yet
+    k = min(NUCLEUS_FIRST, V)
+    while rows.numel():
+        best, order = scores[rows].topk(k, dim=-1)  # (n, k) most likely first
+        probs = (best - normaliser[rows]).exp()  # (n, k)
+        before = probs.cumsum(dim=-1) - probs  # (n, k) the mass of the more likely tokens
+        keep = before < top_p  # p is not reached without this token
+        keep[:, 0] = True  # the most likely: a top_p below float32's least (1e-300) is 0
+        found = (before[:, -1] + probs[:, -1] >= top_p) | (k == V)  # (n,) all of it is here
+        kept[rows[found].unsqueeze(1), order[found]] = keep[found]
+        rows, k = rows[~found], min(4 * k, V)
+    return scores.masked_fill(~kept, float("-inf"))
 
 
 # ------------------------------------------------------------ lexical constraints (glossaries)
