@@ -137,7 +137,8 @@ def test_temperature_at_its_bounds_is_greedy_and_near_uniform():
     drawn = sample(model, src, replace(cold, sampling_seed=3))
     assert [h.tokens for h in drawn] == [h.tokens for h in greedy_search(model, src, cold)]
     hot = replace(cold, temperature=100.0)
-    drawn = sample(model, padded([SENTENCES[0]] * 200), hot, seeds=range(200))  # one seed a row
+    same = padded([SENTENCES[0]] * 200)  # 200 samples of one sentence, each its own seed
+    drawn = sample(model, same, replace(hot, sampling_seed=3), sample_of=range(200))
     assert len({h.tokens[0] for h in drawn if h.tokens}) > 10  # of 27 tokens it may draw
 
 

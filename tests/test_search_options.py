@@ -21,6 +21,7 @@ from transformer.errors import BadValue
 from transformer.inference import beam_search, greedy_search, sample, translate_ids
 from transformer.inference.constraints import nucleus, repetition_penalty
 from transformer.inference.engine import load_torch_engine
+from transformer.inference.greedy import row_seeds
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID
 
 from helpers import A, B, C, Stub, cli, copy_sentences, padded, random_model
@@ -155,8 +156,8 @@ def test_greedy_and_top_p_1_sampling_equal_the_plain_reference():
         tokens, log_prob = reference(model, src, len(src) + 6)
         assert greedy.tokens == tokens and greedy.log_prob == pytest.approx(log_prob, abs=1e-4)
         config = DC(sampling=True, max_len_b=6, **NEUTRAL)
-        drawn = sample(model, torch.tensor([src]), config, seeds=[5])[0]
-        pick = plain_sampler(5, len(src) + 6)
+        drawn = sample(model, torch.tensor([src]), replace(config, sampling_seed=5))[0]
+        pick = plain_sampler(row_seeds(5, torch.tensor([src]))[0], len(src) + 6)
         tokens, log_prob = reference(model, src, len(src) + 6, pick=pick)
         assert drawn.tokens == tokens and drawn.log_prob == pytest.approx(log_prob, abs=1e-4)
 
@@ -176,7 +177,8 @@ def test_a_tiny_top_p_equals_greedy():
                                                 (0.81, {A, B, C})])  # fmt: skip
 def test_top_p_keeps_the_fewest_tokens_whose_probability_reaches_p(top_p, support):
     stub = Stub({(): {A: 0.5, B: 0.3, C: 0.2}})  # then EOS
-    drawn = sample(stub, torch.full((400, 1), 5), DC(sampling=True, top_p=top_p), range(400))
+    config = DC(sampling=True, top_p=top_p, sampling_seed=0)
+    drawn = sample(stub, torch.full((400, 1), 5), config, sample_of=range(400))
     assert {h.tokens[0] for h in drawn} == support
     kept = torch.tensor([0.5, 0.3, 0.2])[: len(support)]
     share_a = sum(h.tokens[0] == A for h in drawn) / len(drawn)

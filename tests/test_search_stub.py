@@ -100,7 +100,8 @@ def test_finished_sentences_leave_the_running_batch(use_cache):
 
 
 def first_tokens(stub: Stub, n: int, **kwargs) -> list[int]:
-    hyps = sample(stub, SRC.repeat(n, 1), DC(sampling=True, **kwargs), seeds=range(n))
+    config = DC(sampling=True, sampling_seed=0, **kwargs)
+    hyps = sample(stub, SRC.repeat(n, 1), config, sample_of=range(n))
     return [h.tokens[0] for h in hyps]
 
 

@@ -148,7 +148,7 @@ def sample(
     model: EncoderDecoder,
     src_ids: Tensor,
     config: DecodeConfig = DecodeConfig(sampling=True),  # noqa: B008 (frozen)
-    seeds: Sequence[int] | None = None,
+    sample_of: Sequence[int] | None = None,
     use_cache: bool = True,
     prefix: Tensor | None = None,
     stopped: Stopped | None = None,
@@ -162,17 +162,17 @@ def sample(
     Args:
         config: ``temperature`` (> 0), ``top_k`` (0: the whole vocabulary), ``top_p`` (1: no
             nucleus), ``sampling_seed`` and the rules ``greedy_search`` uses.
-        seeds: each row's own seed (``row_seeds``); None: with ``config.sampling_seed`` (≥ 0) each
-            row's ``row_seeds``, as the first sample of its sentence, else torch's global
-            generator.
+        sample_of: which of its sentence's samples each row is, for its seed (``row_seeds``;
+            None: the first of each). With ``config.sampling_seed`` -1 the numbers come from
+            torch's global generator instead.
         Others as in ``greedy_search``.
     Shape:
         returns B hypotheses; log_prob (= score) is under the model (with the rules of
         ``constraints.py``), not the temperature-scaled or truncated distribution.
     """
     temperature, top_k, top_p = config.temperature, config.top_k, config.top_p
-    if seeds is None and config.sampling_seed >= 0:
-        seeds = row_seeds(config.sampling_seed, src_ids, prefix)
+    seed = config.sampling_seed
+    seeds = row_seeds(seed, src_ids, prefix, sample_of) if seed >= 0 else None
     room = room_needed(config.min_len, prefix)
     max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b, room)  # (B,)
     uniforms = draws(max_lens, seeds, src_ids.device)  # (B, L + 1): row b's number at step t

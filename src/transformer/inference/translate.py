@@ -36,7 +36,7 @@ from .alignment import attach_attention, attach_masking, word_links, word_of_pie
 from .beam import beam_search
 from .constrained_beam import Terms, constrained_beam_search
 from .glossary import Glossary, count_occurrences
-from .greedy import greedy_search, row_seeds, sample
+from .greedy import greedy_search, sample
 from .inputs import check_ids, check_texts
 from .parallel import DecodeThreads, map_batches
 from .search import Hypothesis, Stopped, within
@@ -161,11 +161,8 @@ def search(
         repeated = src_ids.repeat_interleave(n, dim=0)  # (B·n, S): n samples per sentence
         prefixes = prefix.repeat_interleave(n, dim=0) if prefix is not None else None  # (B·n, P)
         per_row = within(stopped, [r // n for r in range(repeated.size(0))])
-        seeds = None
-        if config.sampling_seed >= 0:  # each row's own: its sentence's, and which sample it is
-            which = [r % n for r in range(repeated.size(0))]
-            seeds = row_seeds(config.sampling_seed, repeated, prefixes, which)
-        drawn = sample(model, repeated, config, seeds, use_cache, prefixes, per_row)
+        which = [r % n for r in range(repeated.size(0))]  # the sample each row is of its sentence
+        drawn = sample(model, repeated, config, which, use_cache, prefixes, per_row)
         found = [sorted(drawn[i : i + n], key=lambda h: -h.score) for i in range(0, len(drawn), n)]
     elif config.beam_size == 1:
         found = [[h] for h in greedy_search(model, src_ids, config, use_cache, prefix, stopped)]
