@@ -41,7 +41,8 @@ def torchrun(out: Path, *args: str, nproc: int = 2) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc_per_node={nproc}", "-m", "transformer", "train", "--out", str(out),
            "--quiet", *TINY, *args]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # faulthandler: a rank that dies of a signal prints every thread's Python stack
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 

@@ -134,9 +134,13 @@ def train(
             config, root, folder = world.broadcast(None)
             saved = (folder, load_trainer_state(folder)) if folder is not None else None
             run = RunDir(root)
-            data = Prepared.written(config, run)
-            return run_job(Job(data, Destination(run, False), saved, resume, False, world, device))
-        return _prepare_and_run(config, RunDir(out_dir), resume, overwrite, progress, world, device)
+            result = run_job(Job(Prepared.written(config, run), Destination(run, False), saved,
+                                 resume, False, world, device))  # fmt: skip
+        else:
+            result = _prepare_and_run(config, RunDir(out_dir), resume, overwrite, progress, world,
+                                      device)  # fmt: skip
+        world.barrier()  # all leave together, after rank 0's last write: no half-closed links
+        return result
     except (PeerLost, torch.distributed.DistError) as error:
         cause = error.__cause__ or error  # what gloo or NCCL said
         reason = str(cause).strip().splitlines()[0].split("] ")[-1]  # gloo's source path cut
