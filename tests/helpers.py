@@ -274,6 +274,9 @@ class Stub(EncoderDecoder):
             probs[token] = p
         return probs.log().tolist()
 
+    def decode_aligned(self, tgt_ids, memory, src_mask, cache=None) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError("the stub has no attention")
+
     def attention_maps(self, src_ids: Tensor, tgt_ids: Tensor) -> AttentionMaps:
         raise NotImplementedError("the stub has no attention")
 

@@ -64,8 +64,8 @@ class DecodeConfig:
     alignment: bool = False
     """Also give word alignments (Pharaoh i-j, source-target, 0-based)."""
     alignment_method: str = "auto"
-    """How alignments are found: attention (the last layer's encoder-decoder attention: one
-    more pass of the model), masking (each source word masked in turn, the drop in each
+    """How alignments are found: attention (the last layer's encoder-decoder attention, kept
+    by the search as it goes), masking (each source word masked in turn, the drop in each
     target word's log-probability: one more pass per source word; torch engine only) or auto
     (masking to put tags back with the torch engine, attention otherwise)."""
     batch_size: int = ranged(0, 0, LONGEST)

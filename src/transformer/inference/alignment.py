@@ -17,7 +17,10 @@ works reasonably on a trained model:
   aligning one. CTranslate2 exports carry the same choice (``alignment_layer``,
   ``alignment_heads`` in ``export/spec.py``);
 - the row: the step that produced each target token (the query is the previous token), as
-  fairseq and CTranslate2 report it;
+  fairseq and CTranslate2 report it. The search keeps these rows as it goes (``RunningBatch``
+  with ``aligned``; ``cut_to_sources``), as CTranslate2's ``return_attention`` does;
+  ``attach_attention`` finds the same numbers in one teacher-forced pass, for a translation
+  that no search made;
 - the words: SentencePiece marks a word's first piece with "▁"; a source word's column is the
   sum of its pieces' columns, a target word's row the mean of its pieces' rows, and the source's
   </s> and the target's </s> are left out (as fairseq's ``extract_hard_alignment`` does);
@@ -63,9 +66,26 @@ NO_MASKING = ("the ctranslate2 engine cannot score the model again per source wo
               "--engine torch, or alignment_method attention")  # fmt: skip
 
 
+def cut_to_sources(src_ids: Tensor, nbest: list[list[Hypothesis]]) -> None:
+    """Cuts the ``attention`` that the search kept of every hypothesis (``RunningBatch``,
+    (len(tokens) + 1, S)) to its sentence's source, pieces and EOS: (len(tokens) + 1, src_len),
+    on the CPU.
+
+    Args:
+        src_ids: the batch the hypotheses were searched from (B, S), right-padded.
+        nbest: per sentence of src_ids, its hypotheses.
+    """
+    src_len = (src_ids != PAD_ID).sum(dim=1).tolist()  # (B,)
+    for length, hyps in zip(src_len, nbest, strict=True):
+        for h in hyps:
+            assert h.attention is not None, "the search keeps attention with decode.alignment"
+            h.attention = h.attention[:, :length].cpu()
+
+
 def attach_attention(model: EncoderDecoder, src_ids: Tensor, nbest: list[list[Hypothesis]]) -> None:
     """Sets ``attention`` (len(tokens) + 1, src_len) on every hypothesis, from one teacher-forced
-    pass of all of them (``model.attention_maps``, the reference attention path).
+    pass of all of them (``model.attention_maps``, the reference attention path): for targets
+    that no search made, such as reference translations (a search keeps its own: cut_to_sources).
 
     Args:
         src_ids: the batch the hypotheses were searched from (B, S), right-padded.

@@ -111,7 +111,8 @@ def _beam_search(
     beams_of = torch.arange(B, device=device).repeat_interleave(K)  # (B·K,) sentence of each row
     rules = SearchRules.of(config, int(max_lens.max()))
     longest = int(max_lens.max())
-    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix, longest)  # B rows
+    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix, longest,
+                         config.alignment)  # B rows  # fmt: skip
     running = torch.arange(B, device=device)  # (N,) sentence of each running block of K rows
     # The K beams all start as the same <s>: only beam 0 may be extended at the first step, or
     # the beam would fill with K copies of the same candidates.
@@ -147,12 +148,15 @@ def _beam_search(
             ends = ends & ~idle[:, None]
         if ends.any():
             n, j = ends.nonzero(as_tuple=True)
-            tokens = batch.tokens[n * K + beam[n, j], 1:].tolist()  # without BOS and EOS
+            rows = (n * K + beam[n, j]).tolist()
+            tokens = batch.tokens[rows, 1:].tolist()  # without BOS and EOS
             penalty = gnmt_length_penalty(step + 1, alpha)  # step tokens + EOS
             sentences = running[n].tolist()
-            for sentence, ids, log_prob in zip(sentences, tokens, top[n, j].tolist(), strict=True):
+            for sentence, row, ids, log_prob in zip(sentences, rows, tokens, top[n, j].tolist(),
+                                                    strict=True):  # fmt: skip
                 kept = finished[sentence]
-                kept.append(Hypothesis(ids, score=log_prob / penalty, log_prob=log_prob))
+                kept.append(Hypothesis(ids, score=log_prob / penalty, log_prob=log_prob,
+                                       attention=batch.attention_of(row)))  # fmt: skip
                 kept.sort(key=lambda h: h.score, reverse=True)
                 del kept[nbest:]
 

@@ -110,7 +110,8 @@ def _search(
     max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b, room)  # (B,)
     beams_of = torch.arange(B, device=device).repeat_interleave(K)  # (B·K,)
     rules = SearchRules.of(config, int(max_lens.max()))
-    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix, int(max_lens.max()))
+    longest, aligned = int(max_lens.max()), config.alignment
+    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix, longest, aligned)
     running = torch.arange(B, device=device)  # (N,)
     beam_log_probs = torch.full((B, K), float("-inf"), device=device)  # (N, K)
     beam_log_probs[:, 0] = 0.0  # the K beams are the same <s>: only beam 0 is extended at first
@@ -143,13 +144,15 @@ def _search(
         ends = (token[:, :K] == EOS_ID) & top[:, :K].isfinite()  # (N, K)
         if ends.any():
             n, j = ends.nonzero(as_tuple=True)
-            tokens = batch.tokens[n * K + beam[n, j], 1:].tolist()  # without BOS and EOS
+            rows = (n * K + beam[n, j]).tolist()
+            tokens = batch.tokens[rows, 1:].tolist()  # without BOS and EOS
             penalty = gnmt_length_penalty(step + 1, alpha)
-            for n_, j_, ids, log_prob in zip(n.tolist(), j.tolist(), tokens, top[n, j].tolist(),
-                                             strict=True):  # fmt: skip
+            for n_, j_, row, ids, log_prob in zip(n.tolist(), j.tolist(), rows, tokens,
+                                                  top[n, j].tolist(), strict=True):  # fmt: skip
                 kept = finished[int(running[n_])]
                 met = kept_states[n_][j_].done
-                kept.append((met, Hypothesis(ids, score=log_prob / penalty, log_prob=log_prob)))
+                kept.append((met, Hypothesis(ids, score=log_prob / penalty, log_prob=log_prob,
+                                             attention=batch.attention_of(row))))  # fmt: skip
                 kept.sort(key=lambda found: (found[0], found[1].score), reverse=True)
                 del kept[nbest:]
 

@@ -13,9 +13,10 @@ step, in Python, that grows with the square of a sentence's distinct terms T: at
 K·(4 + 2T) candidates (the 2K best, and for each beam its own best token, EOS, and the first
 and the next token of each term), each advanced over the T terms (``TermState.advance``) and
 ranked, counted as K·(4 + 2T)·(T + 1) term updates, ``TERM_UPDATES_PER_TOKEN`` to a token.
-Word alignments re-run the model once over every returned hypothesis (``alignment.py``), and
-by masking once more per source word and once unmasked (at most the source's length: a word
-has at least one piece, and </s> is none); /attention and the step-through view re-run it over
+Word alignments from attention cost no pass of their own (the search keeps the weights its
+steps compute, ``alignment.py``); by masking they re-run the model over every returned
+hypothesis once per source word and once unmasked (at most the source's length: a word has at
+least one piece, and </s> is none); /attention and the step-through view re-run it over
 the one translation they show, and the words' probabilities (``confidence.py``: jsonl,
 flag_below) over the best one. Each pass is counted on its own: a request that asks for
 several pays for each.
@@ -84,8 +85,7 @@ def search_cost(
         prefix_lengths: each sentence's forced target prefix, in pieces (None: no prefixes).
         decode: the search (rows, length limit, alignments).
         rerun: hypotheses per sentence the caller re-runs the model over besides the search's
-            own alignments (an attention view, the words' probabilities: 1 each); with
-            ``decode.alignment``, ``nbest`` more.
+            own alignments (an attention view, the words' probabilities: 1 each).
         source_words: each sentence's words, which masking alignments mask one at a time
             (None: at most one per piece).
         terms: each sentence's distinct glossary terms, whose constrained search works at
@@ -98,7 +98,6 @@ def search_cost(
     src = torch.tensor(source_lengths)  # (B,)
     limits = length_limits(src, decode.max_len_a, decode.max_len_b, max_positions, room)  # (B,)
     encoder_rows = decode.nbest if decode.sampling else 1  # sampling repeats the source
-    rerun = rerun + (decode.nbest if decode.alignment else 0)
     if decode.alignment and decode.alignment_method == "masking":
         # once more per source word and once unmasked: at most once per source id (pieces + EOS)
         masked = src if source_words is None else torch.tensor(source_words) + 1  # (B,)

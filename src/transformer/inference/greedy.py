@@ -71,7 +71,8 @@ def _search_one_path(
     room = room_needed(config.min_len, prefix)
     max_lens = max_output_lengths(model, src_ids, config.max_len_a, config.max_len_b, room)  # (B,)
     rules = SearchRules.of(config, int(max_lens.max()))
-    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix, int(max_lens.max()))
+    longest, aligned = int(max_lens.max()), config.alignment
+    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix, longest, aligned)
     running = torch.arange(src_ids.size(0), device=src_ids.device)  # sentence of each row (N,)
     log_prob = torch.zeros(src_ids.size(0), device=src_ids.device)  # (N,)
     results: dict[int, Hypothesis] = {}
@@ -96,7 +97,9 @@ def _search_one_path(
             tokens = batch.tokens[rows, 1:].tolist()  # drop BOS; EOS was never appended
             totals = log_prob[rows].tolist()
             for row, ids, total in zip(rows.tolist(), tokens, totals, strict=True):
-                results[int(running[row])] = Hypothesis(ids, score=total, log_prob=total)
+                results[int(running[row])] = Hypothesis(
+                    ids, score=total, log_prob=total, attention=batch.attention_of(row)
+                )
             idle = idle | done
             rest, live = rows_that_stay(idle, at_limit, keep_finished)
             if live == 0:

@@ -237,21 +237,24 @@ class RunningBatch:
     """The rows being decoded: their decoder inputs so far and what decoding them needs.
 
     ``rules`` act on every step's scores; ``prefix`` (rows, P), right-padded with PAD_ID, holds
-    the tokens each row is forced to start with (``constraints.py``).
+    the tokens each row is forced to start with (``constraints.py``). With ``aligned``, each
+    step keeps where every row read the source (``model.decode_aligned``), in ``attention``:
+    an alignment costs no second pass over the hypotheses.
     """
 
     def __init__(
         self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor, use_cache: bool,
         rules: SearchRules = SearchRules(), prefix: Tensor | None = None,  # noqa: B008 (frozen)
-        longest: int = 0,
+        longest: int = 0, aligned: bool = False,
     ):  # fmt: skip
         """``longest``: the most tokens an output may have (0: not known), which the cache
         makes room for."""
         self.model = model
         # (sentences or rows, S, D), (sentences or rows, 1, 1, S): see ``shared``
         self.memory, self.src_mask = memory, src_mask
-        # a compiled step where ``compile_decoding`` made one (compiled.py), over its fixed cache
-        self.step = compiled_step(model) if use_cache else None
+        # a compiled step where ``compile_decoding`` made one (compiled.py), over its fixed cache;
+        # none where the attention is kept, which a compiled step does not return
+        self.step = compiled_step(model) if use_cache and not aligned else None
         # The beams of a sentence read the same encoder output: where the model can (its
         # ``beams_share_memory``; not in a compiled step), the encoder output, its mask and the
         # cached encoder-decoder keys and values stay one row per sentence, not one per beam.
@@ -262,6 +265,9 @@ class RunningBatch:
         elif use_cache:
             self.cache = model.new_cache(longest + 1 if longest else 0)
         self.tokens = torch.full((memory.size(0), 1), BOS_ID, device=src_mask.device)  # (rows, 1)
+        # (rows, steps, S): each step's encoder-decoder attention, when ``aligned``
+        rows, S = memory.size(0), src_mask.size(-1)
+        self.attention = memory.new_zeros(rows, 0, S, dtype=torch.float) if aligned else None
         self.rules, self.prefix = rules, prefix
         self.scratch = Scratch()  # the vocabulary step's buffers, reused at every step
 
@@ -292,6 +298,8 @@ class RunningBatch:
     def _decoded(self, logits: bool) -> Tensor:
         """The decoder's output for the newest position of every row: its logits (rows, V),
         or its hidden state (rows, D) before the final linear layer."""
+        if self.attention is not None:
+            return self._decoded_aligned(logits)
         decode = self.model.decode if logits else self.model.decode_hidden
         if self.cache is None:  # the whole prefix again
             return decode(self.tokens, self.memory, self.src_mask)[:, -1]  # from (rows, t+1, ·)
@@ -301,6 +309,19 @@ class RunningBatch:
         assert isinstance(self.cache, DecoderCache)
         hidden = self.step(new, self.memory, self.src_mask, self.cache)  # (rows, D)
         return self.model.output(hidden) if logits else hidden
+
+    def _decoded_aligned(self, logits: bool) -> Tensor:
+        """``_decoded``, keeping where each row read the source at this step in ``attention``."""
+        assert self.attention is not None and self.step is None
+        new = self.tokens if self.cache is None else self.tokens[:, -1:]  # (rows, T)
+        hidden, attention = self.model.decode_aligned(new, self.memory, self.src_mask, self.cache)
+        self.attention = torch.cat([self.attention, attention[:, -1:]], dim=1)  # (rows, t+1, S)
+        hidden = hidden[:, -1]  # (rows, D)
+        return self.model.output(hidden) if logits else hidden
+
+    def attention_of(self, row: int) -> Tensor | None:
+        """Where ``row`` read the source at each step so far (steps, S), if ``aligned``."""
+        return None if self.attention is None else self.attention[row].clone()  # not a view
 
     def append(self, next_tokens: Tensor) -> None:
         """Adds one token (rows,) to every prefix."""
@@ -315,6 +336,8 @@ class RunningBatch:
         per row moves with the rows (the encoder output only when the rows change sentences).
         """
         self.tokens = self.tokens.index_select(0, rows)
+        if self.attention is not None:
+            self.attention = self.attention.index_select(0, rows)
         if self.prefix is not None:
             self.prefix = self.prefix.index_select(0, rows)
         if self.shared:

@@ -32,7 +32,7 @@ from ..data.tokenizer import Tokenizers
 from ..errors import BadValue, UserError
 from ..model.base import EncoderDecoder
 from ..vocab import UNK_ID
-from .alignment import attach_attention, attach_masking, word_links, word_of_pieces
+from .alignment import attach_masking, cut_to_sources, word_links, word_of_pieces
 from .beam import beam_search
 from .constrained_beam import Terms, constrained_beam_search
 from .glossary import Glossary, count_occurrences
@@ -169,7 +169,7 @@ def search(
     else:
         found = beam_search(model, src_ids, config, use_cache, prefix, stopped=stopped)
     if config.alignment:
-        attach_attention(model, src_ids, found)
+        cut_to_sources(src_ids, found)  # what the search kept, where each step read the source
     return found
 
 

@@ -121,6 +121,18 @@ class EncoderDecoder(nn.Module, ABC):
         """
 
     @abstractmethod
+    def decode_aligned(
+        self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor, cache: Cache | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """``decode_hidden``, and where each position read the source: the encoder-decoder
+        attention of ``alignment_layer``, averaged over its heads, in float32 (what a search
+        keeps for word alignments: ``inference/alignment.py``).
+
+        Shape:
+            returns (B, T, D) and (B, T, S).
+        """
+
+    @abstractmethod
     def new_cache(self, length: int = 0) -> Cache:
         """An empty decoder state for incremental decoding of up to ``length`` target positions
         (0: not known; a state that keeps one entry per position then grows as needed)."""

@@ -27,6 +27,9 @@ from .layers import Dropout
 from .rnn_decoder import RNNDecoder, RNNState
 from .rnn_encoder import RNNEncoder
 
+NO_ATTENTION = ("this RNN has no attention (model.rnn_attention = none): its decoder sees one "
+                "fixed vector, so there are no weights to draw")  # fmt: skip
+
 
 def _embedding(vocab_size: int, width: int) -> nn.Embedding:
     """A word-embedding table, N(0, 1/E) like the Transformer's (tied to the output layer, this
@@ -85,11 +88,29 @@ class RNNEncoderDecoder(EncoderDecoder):
         Shape:
             returns the readout after dropout (B, T, E).
         """
+        return self._decoded(tgt_ids, memory, src_mask, cache, need_weights=False)[0]
+
+    def decode_aligned(
+        self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor, cache: RNNState | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """The readout (B, T, E) and the attention weights α (B, T, S) of every position
+        (``EncoderDecoder.decode_aligned``)."""
+        readout, alphas = self._decoded(tgt_ids, memory, src_mask, cache, need_weights=True)
+        assert alphas is not None
+        return readout, alphas.float()
+
+    def _decoded(
+        self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor, cache: RNNState | None,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+        """The readout after dropout (B, T, E) and, if ``need_weights``, α (B, T, S)."""
+        if need_weights and not self.attention_kinds:
+            raise UserError(NO_ATTENTION)
         vocab = self.config.tgt_vocab_size if cache is None else 0  # a search makes its own
         check_token_ids(tgt_ids, "tgt_ids", memory, vocab_size=vocab)
         state = cache if cache is not None else RNNState()
-        readout, _ = self.decoder(tgt_ids, memory, src_mask, state)  # (B, T, E)
-        return self.dropout(readout)
+        readout, alphas = self.decoder(tgt_ids, memory, src_mask, state, need_weights)
+        return self.dropout(readout), alphas
 
     def new_cache(self, length: int = 0) -> RNNState:
         """An empty decoder state for incremental decoding (its size does not grow with
@@ -105,8 +126,7 @@ class RNNEncoderDecoder(EncoderDecoder):
             returns AttentionMaps(encoder=[], decoder=[cross (B, 1, T, S)]).
         """
         if not self.attention_kinds:
-            raise UserError("this RNN has no attention (model.rnn_attention = none): its decoder "
-                            "sees one fixed vector, so there are no weights to draw")  # fmt: skip
+            raise UserError(NO_ATTENTION)
         memory, src_mask = self.encode(src_ids)
         _, alphas = self.decoder(tgt_ids, memory, src_mask, RNNState(), need_weights=True)
         assert alphas is not None

@@ -82,6 +82,19 @@ class Transformer(EncoderDecoder):
         hidden, _ = self._run_decoder(tgt_ids, memory, src_mask, cache, need_weights=False)
         return hidden  # (B, T, D)
 
+    def decode_aligned(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        cache: DecoderCache | FixedStep | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """The decoder output (B, T, D) and the last layer's encoder-decoder attention averaged
+        over its heads (B, T, S) (``EncoderDecoder.decode_aligned``), through the reference path."""
+        hidden, weights = self._run_decoder(tgt_ids, memory, src_mask, cache, need_weights=True)
+        assert weights is not None
+        return hidden, weights[self.alignment_layer].cross_attention.float().mean(dim=1)
+
     def _run_decoder(
         self,
         tgt_ids: Tensor,
