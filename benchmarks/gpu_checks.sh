@@ -67,7 +67,11 @@ for p in $PARTS; do
             python -m transformer train --out $RUNS/bf16 --resume --max_steps 400 --device cuda
             printf 'twelve\nseven hundred and one\nthree thousand and forty-two\n' >$RUNS/in.txt
             python -m transformer translate $RUNS/bf16 --device cpu <$RUNS/in.txt
-            python -m transformer translate $RUNS/bf16 --device cuda <$RUNS/in.txt" ;;
+            python -m transformer translate $RUNS/bf16 --device cuda <$RUNS/in.txt
+            python -m transformer translate $RUNS/bf16 --device cuda --sampling true \
+                --top_p 0.9 --sampling_seed 1 --nbest 2 <$RUNS/in.txt
+            python -m transformer translate $RUNS/bf16 --device cuda --beam_size 4 \
+                --alignment true <$RUNS/in.txt" ;;
     profile)
         part profile 240 "cd benchmarks && python profile_step.py --device cuda --preset base \
             --batch 400 --precision bf16 --models ours,nn.Transformer --steps 10 --rounds 3 \
