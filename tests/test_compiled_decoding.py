@@ -89,6 +89,23 @@ def test_a_fixed_step_equals_a_growing_step_position_by_position(uncompiled):
     assert fixed.length == growing.length == tokens.size(1)
 
 
+def test_a_search_with_alignments_runs_its_steps_uncompiled(uncompiled, monkeypatch):
+    model, src = tiny_model(), sources(4)
+    aligned = DecodeConfig(beam_size=3, nbest=2, max_len_a=1.5, max_len_b=4, alignment=True)
+    expected = beam_search(model, src, aligned)
+    assert compiled.compile_decoding(model)
+    running = sys.modules["transformer.inference.search"]  # the package's `search` is a function
+    steps, fixed_cache = [], running.fixed_cache  # the compiled step's cache, made per search
+    monkeypatch.setattr(running, "fixed_cache", lambda *a: steps.append(a) or fixed_cache(*a))
+    found = beam_search(model, src, aligned)  # the compiled step returns no attention
+    assert steps == []
+    for hyps, hyps_ref in zip(found, expected, strict=True):
+        for h, ref in zip(hyps, hyps_ref, strict=True):
+            assert h.tokens == ref.tokens
+            torch.testing.assert_close(h.attention, ref.attention)
+    assert beam_search(model, src, BEAM) and steps  # without alignments: the compiled step
+
+
 def test_the_compiled_step_gives_the_eager_outputs():
     """A real ``torch.compile`` (about 30 s on the 2-core CPU): greedy search and beam search
     over sentences of several lengths, finishing at different steps (rows leave the batch)."""

@@ -30,7 +30,8 @@ class RuntimeConfig:
     GPU; on the 2-core CPUs training ran at 0.8-0.9x the eager speed, on the Zen 5 0.6x in
     fp32 and 0.9x in bf16: inductor multiplies through MKL); for translate, evaluate
     and serve the decoder's step (one batch at a time; on the 2-core CPU 0.52-1.37x the eager
-    speed now, after 7-55 s of compiling: docs/speed.md). Without a C++ compiler on a CPU, or
+    speed now, after 7-55 s of compiling: docs/speed.md; a search with word alignments runs
+    its steps uncompiled, as they return the attention). Without a C++ compiler on a CPU, or
     Triton on a GPU: uncompiled, with a warning."""
     pack_weights: bool = True
     """For translate, evaluate and serve on a CPU: the linear layers at least 256 wide (in and
