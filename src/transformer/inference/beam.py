@@ -151,12 +151,12 @@ def _beam_search(
             rows = (n * K + beam[n, j]).tolist()
             tokens = batch.tokens[rows, 1:].tolist()  # without BOS and EOS
             penalty = gnmt_length_penalty(step + 1, alpha)  # step tokens + EOS
-            sentences = running[n].tolist()
-            for sentence, row, ids, log_prob in zip(sentences, rows, tokens, top[n, j].tolist(),
-                                                    strict=True):  # fmt: skip
+            sentences, attention = running[n].tolist(), batch.attention_of(rows)
+            for sentence, ids, log_prob, read in zip(sentences, tokens, top[n, j].tolist(),
+                                                     attention, strict=True):  # fmt: skip
                 kept = finished[sentence]
                 kept.append(Hypothesis(ids, score=log_prob / penalty, log_prob=log_prob,
-                                       attention=batch.attention_of(row)))  # fmt: skip
+                                       attention=read))  # fmt: skip
                 kept.sort(key=lambda h: h.score, reverse=True)
                 del kept[nbest:]
 

@@ -147,12 +147,13 @@ def _search(
             rows = (n * K + beam[n, j]).tolist()
             tokens = batch.tokens[rows, 1:].tolist()  # without BOS and EOS
             penalty = gnmt_length_penalty(step + 1, alpha)
-            for n_, j_, row, ids, log_prob in zip(n.tolist(), j.tolist(), rows, tokens,
-                                                  top[n, j].tolist(), strict=True):  # fmt: skip
+            attention = batch.attention_of(rows)
+            for n_, j_, read, ids, log_prob in zip(n.tolist(), j.tolist(), attention, tokens,
+                                                   top[n, j].tolist(), strict=True):  # fmt: skip
                 kept = finished[int(running[n_])]
                 met = kept_states[n_][j_].done
                 kept.append((met, Hypothesis(ids, score=log_prob / penalty, log_prob=log_prob,
-                                             attention=batch.attention_of(row))))  # fmt: skip
+                                             attention=read)))  # fmt: skip
                 kept.sort(key=lambda found: (found[0], found[1].score), reverse=True)
                 del kept[nbest:]
 

@@ -95,11 +95,10 @@ def _search_one_path(
         if done.any() or some_idle and bool((idle & at_limit).any()):
             rows = done.nonzero().squeeze(1)
             tokens = batch.tokens[rows, 1:].tolist()  # drop BOS; EOS was never appended
-            totals = log_prob[rows].tolist()
-            for row, ids, total in zip(rows.tolist(), tokens, totals, strict=True):
-                results[int(running[row])] = Hypothesis(
-                    ids, score=total, log_prob=total, attention=batch.attention_of(row)
-                )
+            totals, attention = log_prob[rows].tolist(), batch.attention_of(rows.tolist())
+            for row, ids, total, kept in zip(rows.tolist(), tokens, totals, attention, strict=True):
+                results[int(running[row])] = Hypothesis(ids, score=total, log_prob=total,
+                                                        attention=kept)  # fmt: skip
             idle = idle | done
             rest, live = rows_that_stay(idle, at_limit, keep_finished)
             if live == 0:
