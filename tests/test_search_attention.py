@@ -9,6 +9,7 @@ import torch
 from transformer.config import DecodeConfig
 from transformer.errors import UserError
 from transformer.inference.alignment import attach_attention, cut_to_sources
+from transformer.inference.search import AttentionTrail
 from transformer.inference.translate import search
 from transformer.vocab import EOS_ID, PAD_ID
 
@@ -111,3 +112,21 @@ def test_cut_to_sources_keeps_each_sentences_own_columns():
     cut_to_sources(src, found)
     for i, hyps in enumerate(found):
         assert torch.equal(hyps[0].attention, full[i][:, : len(SOURCES[i])])
+
+
+def test_the_trail_reads_back_what_copying_the_whole_history_keeps():
+    """AttentionTrail against the plain way: every row's history copied at each reordering."""
+    generator = torch.Generator().manual_seed(0)
+    trail, history, rows = AttentionTrail(), torch.zeros(6, 0, 5), 6  # (rows, steps, S)
+    for step in range(12):
+        attention = torch.rand(rows, 5, generator=generator)
+        trail.add(attention)
+        history = torch.cat([history, attention[:, None]], dim=1)
+        for _ in range(step % 3):  # none to two reorderings between steps, some rows leaving
+            rows = max(1, rows - step % 2)
+            chosen = torch.randint(0, history.size(0), (rows,), generator=generator)
+            trail.select(chosen)
+            history = history[chosen]
+        asked = torch.randperm(rows, generator=generator)[: max(1, rows // 2)].tolist()
+        for got, expected in zip(trail.of(asked), history[asked], strict=True):
+            assert torch.equal(got, expected)
