@@ -72,8 +72,10 @@ class Hypothesis:
     tokens: list[int]  # generated ids, without BOS and without the final EOS
     score: float  # beam search: log_prob / lp(len(tokens) + 1); greedy and sampling: log_prob
     log_prob: float  # log P(tokens + EOS | source) under the model
-    # (len(tokens) + 1, src_len): attention of the steps that produced each token and EOS,
-    # averaged as alignment.py says; set only when alignments are asked for
+    # attention of the steps that produced each token and EOS, averaged as alignment.py says,
+    # set only when alignments are asked for: (len(tokens) + 1, S) over the batch's padded
+    # source as a search keeps it, (len(tokens) + 1, src_len) once ``translate.search`` has
+    # cut it to the sentence (``alignment.cut_to_sources``)
     attention: Tensor | None = field(default=None, compare=False, repr=False)
 
 
