@@ -1,0 +1,128 @@
+"""Peak resident memory of a translation, with the runtime's memory options, against the code
+of another checkout on the same machine.
+
+    .venv/bin/python benchmarks/peak_memory.py --model runs/multi30k-de-en \\
+        --input test_2016_flickr.de --rounds 3 [--old /tmp/old/src --old-model DIR]
+
+Each row is a fresh process: it imports torch and the package, then loads the model with
+``load_engine`` (``batch_size`` 64, 2 threads), translates the first 64 sentences (start-up
+work), then all of them. Peak memory is the process's peak resident memory (VmHWM) above its
+resident memory before the model was loaded: the model, its packed copies and every search.
+The variants:
+- *default*: what ``transformer translate`` runs (two batches at once, packed layers);
+- *one batch*: ``--runtime.inter_threads 1``;
+- *one batch, unpacked*: ``--runtime.inter_threads 1 --runtime.pack_weights false``;
+- the same with ``TRANSFORMER_CPU_PRODUCTS=mkl`` (PyTorch's own float32 products);
+- *old* (``--old SRC``): the ``src`` folder of another checkout, e.g. a worktree of the code
+  before the speed work, with its own defaults (``--old-model``: a copy of the model whose
+  config that code reads). The variants run in turn in every round; the table gives each one's
+  smallest and largest peak and its fastest time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from machine import cpu_name
+
+HERE = Path(__file__).resolve().parent
+CHILD = """
+import json, sys, time, torch
+from pathlib import Path
+from transformer.config import RuntimeConfig
+from transformer.inference import load_engine
+
+def rss(field="VmRSS"):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+
+model, text, beam, runtime = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+lines = Path(text).read_text().splitlines()
+torch.set_num_threads(2)
+base = rss()
+kwargs = {"runtime": RuntimeConfig(threads=2, **runtime)} if runtime is not None else {}
+engine = load_engine(model, "torch", beam_size=beam, batch_size=64, **kwargs)
+engine.translate(lines[:64])
+start = time.perf_counter()
+engine.translate(lines)
+seconds = time.perf_counter() - start
+print(json.dumps({"peak": rss("VmHWM") - base, "seconds": seconds}))
+"""
+# name -> (runtime fields, or None for the other checkout's defaults; environment)
+VARIANTS = {
+    "default": ({}, {}),
+    "one batch": ({"inter_threads": 1}, {}),
+    "one batch, unpacked": ({"inter_threads": 1, "pack_weights": False}, {}),
+    "one batch, unpacked, MKL products": (
+        {"inter_threads": 1, "pack_weights": False},
+        {"TRANSFORMER_CPU_PRODUCTS": "mkl"},
+    ),
+}
+
+
+def one(src: Path, model: str, text: Path, beam: int, runtime: dict | None, env: dict) -> dict:
+    environment = {**os.environ, "PYTHONPATH": str(src), **env}
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, model, str(text), str(beam), json.dumps(runtime)],
+        env=environment, capture_output=True, text=True, cwd=HERE,
+    )  # fmt: skip
+    if done.returncode:
+        sys.exit(f"{model}, beam {beam}, {runtime}: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--input", required=True, help="one sentence a line (.gz read too)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--beams", default="1,4")
+    parser.add_argument("--old", type=Path, help="another checkout's src folder")
+    parser.add_argument("--old-model", help="the model as that code reads it (default: --model)")
+    parser.add_argument("--markdown", type=Path)
+    args = parser.parse_args()
+    opener = gzip.open if args.input.endswith(".gz") else open
+    with opener(args.input, "rt", encoding="utf-8") as f:
+        text = f.read()
+    text_file = Path(os.environ.get("TMPDIR", "/tmp"), "peak_memory_input.txt")
+    text_file.write_text(text, encoding="utf-8")
+    src, model = HERE.parent / "src", str(Path(args.model).resolve())
+    runs: list[tuple[str, Path, str, dict | None, dict]] = [
+        (name, src, model, runtime, env) for name, (runtime, env) in VARIANTS.items()
+    ]
+    if args.old:
+        old_model = str(Path(args.old_model or args.model).resolve())
+        runs.append((f"old ({args.old})", args.old.resolve(), old_model, None, {}))
+    results: dict[tuple[str, int], list[dict]] = {}
+    for _ in range(args.rounds):
+        for beam in (int(b) for b in args.beams.split(",")):
+            for name, code, model, runtime, env in runs:
+                row = one(code, model, text_file, beam, runtime, env)
+                results.setdefault((name, beam), []).append(row)
+                print(name, beam, row, flush=True)
+    lines = [
+        f"`python benchmarks/{Path(__file__).name} {' '.join(sys.argv[1:])}`", "",
+        f"{cpu_name()}, 2 threads, {args.rounds} rounds, each row a fresh process; peak MB "
+        "above the process before the model was loaded.", "",
+        "| search | variant | peak MB (least-most) | seconds (fastest) |", "|---|---|---|---|",
+    ]  # fmt: skip
+    for (name, beam), rows in results.items():
+        peaks = sorted(r["peak"] for r in rows)
+        fastest = min(r["seconds"] for r in rows)
+        search = "greedy" if beam == 1 else f"beam {beam}"
+        lines.append(f"| {search} | {name} | {peaks[0]:.0f}-{peaks[-1]:.0f} | {fastest:.2f} |")
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.markdown:
+        args.markdown.write_text(report, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
