@@ -64,7 +64,7 @@ def steps(qs: list, ks: list, vs: list, mask: torch.Tensor | None) -> dict:
     """A step's attention before and now, over queries, keys and values."""
     return {
         "before": lambda i: plain_step(qs[i], ks[i], vs[i], mask),
-        "now": lambda i: attention_step(qs[i], ks[i], vs[i], mask),
+        "now": lambda i: attention_step(qs[i], ks[i], vs[i], mask)[0],
     }
 
 
@@ -119,7 +119,7 @@ def main() -> None:
                 mask = torch.ones(B, 1, 1, keys, dtype=torch.bool)
                 mask[::3, ..., keys - 3 :] = False
             for i in range(3):
-                torch.testing.assert_close(attention_step(qs[i], ks[i], vs[i], mask),
+                torch.testing.assert_close(attention_step(qs[i], ks[i], vs[i], mask)[0],
                                            plain_step(qs[i], ks[i], vs[i], mask),
                                            rtol=1e-5, atol=1e-6)  # fmt: skip
             before, after = fastest(steps(qs, ks, vs, mask), n, rounds).values()

@@ -108,7 +108,7 @@ def test_a_decoding_steps_attention_is_the_references_on_both_sides_of_each_thre
     """``attention_step`` multiplies and sums weights·V where ``bmm`` would not use BLAS (one
     query, Tk · Dh < 400: Tk <= 12 at Dh 32) and pads rows of fewer than 16 keys for the
     softmax: the reference's numbers to float32 rounding, with a padded row and a row
-    with nothing to attend to (zeros), and with no mask."""
+    with nothing to attend to (zeros), and with no mask; its weights are the reference's too."""
     B, H, Dh = 24, 4, 32
     q, k, v = qkv(B=B, H=H, Tq=Tq, Tk=Tk, Dh=Dh, seed=Tk)
     mask = torch.ones(B, 1, 1, Tk, dtype=torch.bool)
@@ -118,14 +118,16 @@ def test_a_decoding_steps_attention_is_the_references_on_both_sides_of_each_thre
     matmul = torch.matmul
     monkeypatch.setattr(torch, "matmul", lambda *a: products.append(a) or matmul(*a))
     for m in (mask, None):
-        expected, _ = attention_reference(q, k, v, m)
+        expected, expected_weights = attention_reference(q, k, v, m)
         products.clear()
-        got = attention_step(q, k.contiguous(), v.contiguous(), m)
+        got, weights = attention_step(q, k.contiguous(), v.contiguous(), m)
         assert got.shape == (B, H, Tq, Dh)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(weights, expected_weights, rtol=1e-5, atol=1e-6)
         small = Tq == 1 and Tk * Dh < 400
         assert len(products) == (1 if small else 2)
-    assert attention_step(q, k, v, mask)[2].abs().max() == 0
+    out, weights = attention_step(q, k, v, mask)
+    assert out[2].abs().max() == 0 and weights[2].abs().max() == 0
 
 
 @pytest.mark.parametrize("Tk", [4, 13, 20])
@@ -138,14 +140,14 @@ def test_blocked_keys_made_once_give_the_masks_numbers(Tk):
     mask[1, ..., Tk // 2 :] = False  # a shorter source
     blocked = Blocked.of(mask)
     assert not blocked.some_query_has_none
-    assert torch.equal(attention_step(q, k, v, blocked), attention_step(q, k, v, mask))
+    assert torch.equal(attention_step(q, k, v, blocked)[0], attention_step(q, k, v, mask)[0])
     expected, _ = attention_reference(q, k, v, mask)
-    torch.testing.assert_close(attention_step(q, k, v, blocked), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(attention_step(q, k, v, blocked)[0], expected, rtol=1e-5, atol=1e-6)
     mask[4] = False  # an empty source
     blocked = Blocked.of(mask)
     assert blocked.some_query_has_none
-    assert torch.equal(attention_step(q, k, v, blocked), attention_step(q, k, v, mask))
-    assert attention_step(q, k, v, blocked)[4].abs().max() == 0
+    assert torch.equal(attention_step(q, k, v, blocked)[0], attention_step(q, k, v, mask)[0])
+    assert attention_step(q, k, v, blocked)[0][4].abs().max() == 0
 
 
 @pytest.mark.parametrize("Tk", [4, 12, 13, 20])
@@ -156,8 +158,8 @@ def test_a_decoding_steps_attention_does_not_depend_on_the_other_rows(Tk):
     q, k, v = qkv(B=24, H=4, Tq=1, Tk=Tk, Dh=32, seed=Tk)
     mask = torch.ones(24, 1, 1, Tk, dtype=torch.bool)
     mask[1, ..., Tk // 2 :] = False
-    together = attention_step(q, k, v, mask)
-    alone = [attention_step(q[i : i + 1], k[i : i + 1], v[i : i + 1], mask[i : i + 1])
+    together, _ = attention_step(q, k, v, mask)
+    alone = [attention_step(q[i : i + 1], k[i : i + 1], v[i : i + 1], mask[i : i + 1])[0]
              for i in range(24)]  # fmt: skip
     assert torch.equal(together, torch.cat(alone))
 

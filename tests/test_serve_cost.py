@@ -27,16 +27,18 @@ MANY = 64  # serve.max_sentences' default
 
 
 class Meter:
-    """Counts the positions the model's encoder and decoder stacks process."""
+    """Counts the positions the model's encoder and decoder stacks process, where each pass
+    starts: at the source and target embeddings (a search step that keeps word alignments
+    calls the decoder's ``steps`` directly, not the stack as a module)."""
 
     def __init__(self, model) -> None:
         self.tokens = 0
-        self.hooks = [stack.register_forward_pre_hook(self._count)
-                      for stack in (model.encoder, model.decoder)]  # fmt: skip
+        self.hooks = [embed.register_forward_pre_hook(self._count)
+                      for embed in (model.src_embed, model.tgt_embed)]  # fmt: skip
 
     def _count(self, module, args) -> None:
-        x = args[0]  # (rows, positions, D)
-        self.tokens += x.size(0) * x.size(1)
+        ids = args[0]  # (rows, positions)
+        self.tokens += ids.size(0) * ids.size(1)
 
     def close(self) -> None:
         for hook in self.hooks:

@@ -96,20 +96,22 @@ class Blocked:
         return cls(blocked, bool(blocked.all(dim=-1).any()))
 
 
-def attention_step(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | Blocked | None = None) -> Tensor:
+def attention_step(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | Blocked | None = None
+) -> tuple[Tensor, Tensor]:
     """``attention_reference``'s maths for a decoding step, in fewer and faster operations:
     the heads of every row as one batch of products, the scores scaled and masked in place,
     the blocked weights zeroed in place (zeros for a query with nothing to attend to, an empty
-    source's), and no weights kept. Where weights·V is too small for ``bmm`` to use BLAS (one
-    query over a few keys: the first steps of self-attention, a short source), it is
-    multiplied and summed instead (for Q·Kᵀ that was slower than ``bmm``'s loop); rows of
-    fewer than 16 keys go through ``softmax`` padded to 16 (``_softmax``).
+    source's); the weights come back too, as computed. Where weights·V is too small for
+    ``bmm`` to use BLAS (one query over a few keys: the first steps of self-attention, a short
+    source), it is multiplied and summed instead (for Q·Kᵀ that was slower than ``bmm``'s
+    loop); rows of fewer than 16 keys go through ``softmax`` padded to 16 (``_softmax``).
     tests/test_attention.py checks it against the reference on both sides of each threshold.
 
     Shape:
         q (B, H, Tq, Dh), k and v (B, H, Tk, Dh) (rows and heads mergeable into one dim, as
         a cache's buffer and a linear layer's output are), mask (or ``Blocked``)
-        broadcastable to (B, 1, 1, Tk) -> (B, H, Tq, Dh).
+        broadcastable to (B, 1, 1, Tk) -> output (B, H, Tq, Dh), weights (B, H, Tq, Tk).
     """
     Tq, Dh = q.shape[-2:]
     # (B, H) stay two dims: ``matmul`` folds them into bmm's one batch dim in C++, where
@@ -128,8 +130,8 @@ def attention_step(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | Blocked | Non
             weights = weights.masked_fill_(blocked.keys, 0.0)
     # one query over few keys, where bmm would take its scalar loop: multiplied and summed
     if Tq == 1 and Tk * Dh < SMALL_PRODUCT:
-        return (weights.transpose(-2, -1) * v).sum(dim=-2, keepdim=True)  # (B, H, 1, Dh)
-    return torch.matmul(weights, v)  # (B, H, Tq, Dh)
+        return (weights.transpose(-2, -1) * v).sum(dim=-2, keepdim=True), weights  # (B, H, 1, Dh)
+    return torch.matmul(weights, v), weights  # (B, H, Tq, Dh)
 
 
 def _softmax(scores: Tensor) -> Tensor:

@@ -72,7 +72,7 @@ class DecoderLayer(nn.Module):
         if self._can_step(x, tgt_mask, cache, need_weights):
             assert isinstance(cache, LayerCache)
             B, _, D = x.shape
-            return self.step(x.view(B, D), memory, memory_mask, cache).view(B, 1, D), None
+            return self.step(x.view(B, D), memory, memory_mask, cache)[0].view(B, 1, D), None
         if self.norm_first:
             attended, self_w = self._self_attention(self.norm1(x), tgt_mask, cache, need_weights)
             x = x + attended
@@ -110,8 +110,13 @@ class DecoderLayer(nn.Module):
         )  # fmt: skip
 
     def step(
-        self, x: Tensor, memory: Tensor, memory_mask: Tensor | Blocked | None, cache: LayerCache
-    ) -> Tensor:
+        self,
+        x: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor | Blocked | None,
+        cache: LayerCache,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
         """``forward`` for one new position per row, in inference: the same numbers in fewer
         operations. A decoding step of a few rows spends its time on the calls themselves
         more than on the arithmetic (docs/speed.md), so here the linear layers are called as
@@ -126,8 +131,9 @@ class DecoderLayer(nn.Module):
                 sentence's K beams share it, B / K; memory_mask (N, 1, 1, S), or its
                 ``Blocked`` complement, made once for every layer.
             cache: this layer's keys and values so far, updated in place.
+            need_weights: also return the encoder-decoder attention's weights, as computed.
         Shape:
-            returns (B, D).
+            returns (B, D) and, if ``need_weights``, the weights (B, H, 1, S).
         """
         B, D = x.shape
         attn, cross, ff = self.self_attn, self.cross_attn, self.feed_forward
@@ -139,20 +145,23 @@ class DecoderLayer(nn.Module):
             linear(y, attn.w_k).view(B, H, 1, Dh),
             linear(y, attn.w_v).view(B, H, 1, Dh),
         )  # (B, H, t + 1, Dh) each
-        heads = attention_step(q, keys, values).view(B, D)  # (B, H, 1, Dh) -> (B, D)
+        heads = attention_step(q, keys, values)[0].view(B, D)  # (B, H, 1, Dh) -> (B, D)
         x = self._add_norm(x, linear(heads, attn.w_o), self.norm1)
         # encoder-decoder attention: a sentence's K rows are K queries over its memory
         y = self.norm2(x) if self.norm_first else x
         cross_keys, cross_values = self._cross_kv(memory, cache)  # (N, H, S, Dh) each
         N = cross_keys.size(0)
         q = linear(y, cross.w_q).view(N, B // N, H, Dh).transpose(1, 2)
-        heads = attention_step(q, cross_keys, cross_values, memory_mask)  # (N, H, K, Dh)
+        heads, weights = attention_step(q, cross_keys, cross_values, memory_mask)  # (N, H, K, ·)
         heads = heads.transpose(1, 2).reshape(B, D)
         x = self._add_norm(x, linear(heads, cross.w_o), self.norm2)
         # feed-forward
         y = self.norm3(x) if self.norm_first else x
         hidden = activated(ff.activation, linear(y, ff.linear1))  # (B, F)
-        return self._add_norm(x, linear(hidden, ff.linear2), self.norm3)
+        x = self._add_norm(x, linear(hidden, ff.linear2), self.norm3)
+        if not need_weights:
+            return x, None
+        return x, weights.transpose(1, 2).reshape(B, H, 1, -1)  # (N, H, K, S) -> (B, H, 1, S)
 
     def _add_norm(self, x: Tensor, sublayer: Tensor, norm: LayerNorm) -> Tensor:
         """x + sublayer(x), added into the sublayer's output, then the norm (post-norm; with
@@ -242,18 +251,8 @@ class Decoder(nn.Module):
         Shape:
             returns hidden states (B, T, D) and, if ``need_weights``, a DecoderAttention per layer.
         """
-        if (
-            cache is not None
-            and len(self.layers)
-            and self.layers[0]._can_step(x, tgt_mask, cache.layers[0], need_weights)
-        ):
-            # one new position per row: the layers' ``step`` in turn, each row a (D,) vector
-            B, _, D = x.shape
-            rows = x.view(B, D)
-            blocked = None if memory_mask is None else cache.blocked(memory_mask)
-            for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
-                rows = layer.step(rows, memory, blocked, layer_cache)
-            return self.final_norm(rows).view(B, 1, D), None
+        if self.can_step(x, tgt_mask, cache, need_weights):
+            return self.steps(x, memory, memory_mask, cache)[0], None
         all_weights: list[DecoderAttention] = []
         for i, layer in enumerate(self.layers):
             layer_cache = cache.layers[i] if cache is not None else None
@@ -261,3 +260,41 @@ class Decoder(nn.Module):
             if weights is not None:
                 all_weights.append(weights)
         return self.final_norm(x), (all_weights if need_weights else None)
+
+    def can_step(
+        self,
+        x: Tensor,
+        tgt_mask: Tensor | None,
+        cache: DecoderCache | FixedStep | None,
+        need_weights: bool = False,
+    ) -> bool:
+        """Whether ``steps`` computes this call (``DecoderLayer._can_step``)."""
+        return (
+            isinstance(cache, DecoderCache) and len(self.layers) > 0
+            and self.layers[0]._can_step(x, tgt_mask, cache.layers[0], need_weights)
+        )  # fmt: skip
+
+    def steps(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor | None,
+        cache: DecoderCache | FixedStep | None,
+        weights_of: int | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """One new position per row (``can_step``): the layers' ``step`` in turn, each row a
+        (D,) vector; with ``weights_of``, that layer's encoder-decoder attention weights too,
+        and no other layer's (what a search keeps for word alignments).
+
+        Shape:
+            x (B, 1, D) -> (B, 1, D) and, if ``weights_of``, weights (B, H, 1, S).
+        """
+        assert isinstance(cache, DecoderCache)
+        B, _, D = x.shape
+        rows = x.view(B, D)
+        blocked = None if memory_mask is None else cache.blocked(memory_mask)
+        kept = None
+        for i, (layer, layer_cache) in enumerate(zip(self.layers, cache.layers, strict=True)):
+            rows, weights = layer.step(rows, memory, blocked, layer_cache, i == weights_of)
+            kept = kept if weights is None else weights
+        return self.final_norm(rows).view(B, 1, D), kept

@@ -90,10 +90,18 @@ class Transformer(EncoderDecoder):
         cache: DecoderCache | FixedStep | None = None,
     ) -> tuple[Tensor, Tensor]:
         """The decoder output (B, T, D) and the last layer's encoder-decoder attention averaged
-        over its heads (B, T, S) (``EncoderDecoder.decode_aligned``), through the reference path."""
-        hidden, weights = self._run_decoder(tgt_ids, memory, src_mask, cache, need_weights=True)
-        assert weights is not None
-        return hidden, weights[self.alignment_layer].cross_attention.float().mean(dim=1)
+        over its heads (B, T, S) (``EncoderDecoder.decode_aligned``): a search's step through
+        the layers' ``step`` as ``decode_hidden``'s, only the last layer keeping its weights;
+        anything else through the reference path."""
+        x, tgt_mask = self._decoder_input(tgt_ids, memory, cache)
+        if self.decoder.can_step(x, tgt_mask, cache):
+            hidden, cross = self.decoder.steps(x, memory, src_mask, cache, self.alignment_layer)
+        else:
+            hidden, weights = self.decoder(x, memory, tgt_mask, src_mask, cache, need_weights=True)
+            assert weights is not None
+            cross = weights[self.alignment_layer].cross_attention
+        assert cross is not None
+        return hidden, cross.float().mean(dim=1)  # (B, H, T, S) -> (B, T, S)
 
     def _run_decoder(
         self,
@@ -104,6 +112,13 @@ class Transformer(EncoderDecoder):
         need_weights: bool,
     ) -> tuple[Tensor, list[DecoderAttention] | None]:
         """Decoder hidden states (B, T, D) with the right self-attention mask."""
+        x, tgt_mask = self._decoder_input(tgt_ids, memory, cache)
+        return self.decoder(x, memory, tgt_mask, src_mask, cache, need_weights)
+
+    def _decoder_input(
+        self, tgt_ids: Tensor, memory: Tensor, cache: DecoderCache | FixedStep | None
+    ) -> tuple[Tensor, Tensor | None]:
+        """The embedded target positions (B, T, D) and their self-attention mask."""
         vocab = self.config.tgt_vocab_size if cache is None else 0  # a search makes its own
         check_token_ids(tgt_ids, "tgt_ids", memory, self.beams_share_memory, vocab)
         if cache is None:
@@ -112,8 +127,7 @@ class Transformer(EncoderDecoder):
         else:  # the new positions after the cached ones: (1, 1, T, t + T), or None for one
             past = cache.length
             tgt_mask = cache.step_mask(tgt_ids.size(1), tgt_ids.device)
-        x = self.tgt_embed(tgt_ids, offset=past)  # (B, T, D)
-        return self.decoder(x, memory, tgt_mask, src_mask, cache, need_weights)
+        return self.tgt_embed(tgt_ids, offset=past), tgt_mask  # (B, T, D)
 
     def new_cache(self, length: int = 0) -> DecoderCache:
         """An empty key/value cache for incremental decoding of up to ``length`` positions
