@@ -27,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from machine import cpu_name
@@ -91,8 +92,6 @@ def main() -> None:
     opener = gzip.open if args.input.endswith(".gz") else open
     with opener(args.input, "rt", encoding="utf-8") as f:
         text = f.read()
-    text_file = Path(os.environ.get("TMPDIR", "/tmp"), "peak_memory_input.txt")
-    text_file.write_text(text, encoding="utf-8")
     src, model = HERE.parent / "src", str(Path(args.model).resolve())
     runs: list[tuple[str, Path, str, dict | None, dict]] = [
         (name, src, model, runtime, env) for name, (runtime, env) in VARIANTS.items()
@@ -101,12 +100,15 @@ def main() -> None:
         old_model = str(Path(args.old_model or args.model).resolve())
         runs.append((f"old ({args.old})", args.old.resolve(), old_model, None, {}))
     results: dict[tuple[str, int], list[dict]] = {}
-    for _ in range(args.rounds):
-        for beam in (int(b) for b in args.beams.split(",")):
-            for name, code, model, runtime, env in runs:
-                row = one(code, model, text_file, beam, runtime, env)
-                results.setdefault((name, beam), []).append(row)
-                print(name, beam, row, flush=True)
+    with tempfile.TemporaryDirectory() as folder:  # the input as plain text, for every child
+        text_file = Path(folder, "input.txt")
+        text_file.write_text(text, encoding="utf-8")
+        for _ in range(args.rounds):
+            for beam in (int(b) for b in args.beams.split(",")):
+                for name, code, model, runtime, env in runs:
+                    row = one(code, model, text_file, beam, runtime, env)
+                    results.setdefault((name, beam), []).append(row)
+                    print(name, beam, row, flush=True)
     lines = [
         f"`python benchmarks/{Path(__file__).name} {' '.join(sys.argv[1:])}`", "",
         f"{cpu_name()}, 2 threads, {args.rounds} rounds, each row a fresh process; peak MB "
