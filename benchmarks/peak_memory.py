@@ -17,6 +17,12 @@ The variants:
   before the speed work, with its own defaults (``--old-model``: a copy of the model whose
   config that code reads). The variants run in turn in every round; the table gives each one's
   smallest and largest peak and its fastest time.
+
+``--heap`` (glibc): a thread also samples the C library's heap every 2 ms (``mallinfo2``), and
+the table gives, at the sample with the most resident memory, what the heap then held above
+what it held before the model was loaded: in use (the model, oneDNN's compiled products, the
+searches' tensors), held free (memory freed inside the heap, which the process keeps) and in
+chunks mapped on their own. The sampling slows the pass, so its seconds are not comparable.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from machine import cpu_name
 
 HERE = Path(__file__).resolve().parent
 CHILD = """
-import json, sys, time, torch
+import ctypes, json, sys, threading, time, torch
 from pathlib import Path
 from transformer.config import RuntimeConfig
 from transformer.inference import load_engine
@@ -44,17 +50,46 @@ def rss(field="VmRSS"):
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
 
+class Heap(ctypes.Structure):  # glibc's struct mallinfo2
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split())]
+
+def heap():  # MB the C library's heap holds in use, held free, and in mapped chunks
+    info = mallinfo2()
+    return info.uordblks / 2**20, info.fordblks / 2**20, info.hblkhd / 2**20
+
 model, text, beam, runtime = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+sample = sys.argv[5] == "1"
+if sample:
+    mallinfo2 = ctypes.CDLL(None).mallinfo2
+    mallinfo2.restype = Heap
 lines = Path(text).read_text().splitlines()
 torch.set_num_threads(2)
-base = rss()
+base, base_heap = rss(), heap() if sample else None
 kwargs = {"runtime": RuntimeConfig(threads=2, **runtime)} if runtime is not None else {}
 engine = load_engine(model, "torch", beam_size=beam, batch_size=64, **kwargs)
 engine.translate(lines[:64])
+samples, running = [], True
+
+def watch():
+    while running:
+        samples.append((rss(), *heap()))
+        time.sleep(0.002)
+
+watcher = threading.Thread(target=watch)
+if sample:
+    watcher.start()
 start = time.perf_counter()
 engine.translate(lines)
 seconds = time.perf_counter() - start
-print(json.dumps({"peak": rss("VmHWM") - base, "seconds": seconds}))
+running = False
+row = {"peak": rss("VmHWM") - base, "seconds": seconds}
+if sample:
+    watcher.join()
+    top = max(samples)  # the sample of the most resident memory
+    row.update(sampled=top[0] - base, in_use=top[1] - base_heap[0], free=top[2] - base_heap[1],
+               mapped=top[3] - base_heap[2])
+print(json.dumps(row))
 """
 # name -> (runtime fields, or None for the other checkout's defaults; environment)
 VARIANTS = {
@@ -68,10 +103,13 @@ VARIANTS = {
 }
 
 
-def one(src: Path, model: str, text: Path, beam: int, runtime: dict | None, env: dict) -> dict:
+def one(
+    src: Path, model: str, text: Path, beam: int, runtime: dict | None, env: dict, heap: bool
+) -> dict:
     environment = {**os.environ, "PYTHONPATH": str(src), **env}
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, model, str(text), str(beam), json.dumps(runtime)],
+        [sys.executable, "-c", CHILD, model, str(text), str(beam), json.dumps(runtime),
+         "1" if heap else "0"],
         env=environment, capture_output=True, text=True, cwd=HERE,
     )  # fmt: skip
     if done.returncode:
@@ -87,6 +125,11 @@ def main() -> None:
     parser.add_argument("--beams", default="1,4")
     parser.add_argument("--old", type=Path, help="another checkout's src folder")
     parser.add_argument("--old-model", help="the model as that code reads it (default: --model)")
+    parser.add_argument(
+        "--heap", action="store_true",
+        help="also sample the C library's heap (glibc) every 2 ms: in use and held free at the "
+        "sample of the most resident memory (the sampling slows the pass)",
+    )  # fmt: skip
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     opener = gzip.open if args.input.endswith(".gz") else open
@@ -106,20 +149,36 @@ def main() -> None:
         for _ in range(args.rounds):
             for beam in (int(b) for b in args.beams.split(",")):
                 for name, code, model, runtime, env in runs:
-                    row = one(code, model, text_file, beam, runtime, env)
+                    row = one(code, model, text_file, beam, runtime, env, args.heap)
                     results.setdefault((name, beam), []).append(row)
                     print(name, beam, row, flush=True)
+    heap_columns = (
+        " | at the most resident sample: heap in use, held free, mapped (MB, least-most)"
+        if args.heap else ""
+    )  # fmt: skip
     lines = [
         f"`python benchmarks/{Path(__file__).name} {' '.join(sys.argv[1:])}`", "",
         f"{cpu_name()}, 2 threads, {args.rounds} rounds, each row a fresh process; peak MB "
-        "above the process before the model was loaded.", "",
-        "| search | variant | peak MB (least-most) | seconds (fastest) |", "|---|---|---|---|",
+        "above the process before the model was loaded"
+        + (", and the C library's heap above it then" if args.heap else "") + ".", "",
+        f"| search | variant | peak MB (least-most) | seconds (fastest){heap_columns} |",
+        "|---|---|---|---|" + ("---|" if args.heap else ""),
     ]  # fmt: skip
     for (name, beam), rows in results.items():
         peaks = sorted(r["peak"] for r in rows)
         fastest = min(r["seconds"] for r in rows)
         search = "greedy" if beam == 1 else f"beam {beam}"
-        lines.append(f"| {search} | {name} | {peaks[0]:.0f}-{peaks[-1]:.0f} | {fastest:.2f} |")
+        row = f"| {search} | {name} | {peaks[0]:.0f}-{peaks[-1]:.0f} | {fastest:.2f} |"
+        if args.heap:
+            row += (
+                " "
+                + ", ".join(
+                    f"{min(r[k] for r in rows):.0f}-{max(r[k] for r in rows):.0f}"
+                    for k in ("in_use", "free", "mapped")
+                )
+                + " |"
+            )
+        lines.append(row)
     report = "\n".join(lines) + "\n"
     print(report)
     if args.markdown:
