@@ -28,6 +28,7 @@ chunks mapped on their own. The sampling slows the pass, so its seconds are not 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gzip
 import json
 import os
@@ -132,6 +133,8 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
+    if args.heap and not hasattr(ctypes.CDLL(None), "mallinfo2"):
+        sys.exit("--heap reads glibc's mallinfo2 (glibc 2.33 or later); this C library lacks it")
     opener = gzip.open if args.input.endswith(".gz") else open
     with opener(args.input, "rt", encoding="utf-8") as f:
         text = f.read()

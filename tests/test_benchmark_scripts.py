@@ -112,3 +112,29 @@ def test_the_gpu_profile_lists_each_kernel_once_and_every_row_of_at_least_1_perc
     assert [e.self_device_time_total for e in rows] == [500.0, 300.0, 20.0, 10.0]
     assert len(_largest(events(*[11.0] * 50), busy_us=1000.0)) == 40
     assert _largest(events(0.0), busy_us=0.0) == []
+
+
+def test_peak_memory_reports_the_heap_at_the_most_resident_sample(numbers_model, tmp_path):
+    """peak_memory.py runs every variant in a fresh process; ``--heap`` (glibc only) adds the
+    heap in use, held free and mapped at the sample of the most resident memory, each a range
+    of numbers of MB."""
+    import ctypes
+
+    import pytest
+
+    if not hasattr(ctypes.CDLL(None), "mallinfo2"):
+        pytest.skip("--heap reads glibc's mallinfo2 (glibc 2.33 or later); this C library lacks it")
+    text = tmp_path / "in.txt"
+    text.write_text("one\nseventy-one\nfour hundred and twelve\n" * 30, encoding="utf-8")
+    out = tmp_path / "peak.md"
+    _bench("peak_memory.py", "--model", str(numbers_model), "--input", str(text), "--rounds",
+           "1", "--beams", "1", "--heap", "--markdown", str(out))  # fmt: skip
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| greedy |")]
+    assert [row.split(" | ")[1] for row in rows] == [
+        "default", "one batch", "one batch, unpacked", "one batch, unpacked, MKL products"
+    ]  # fmt: skip
+    for row in rows:
+        cells = row.strip("| ").split(" | ")
+        assert re.fullmatch(r"-?\d+--?\d+", cells[2]) and re.fullmatch(r"[\d.]+", cells[3])
+        heap = cells[4].split(", ")
+        assert len(heap) == 3 and all(re.fullmatch(r"-?\d+--?\d+", h) for h in heap), row
