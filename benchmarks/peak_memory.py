@@ -88,7 +88,7 @@ row = {"peak": rss("VmHWM") - base, "seconds": seconds}
 if sample:
     watcher.join()
     top = max(samples)  # the sample of the most resident memory
-    row.update(sampled=top[0] - base, in_use=top[1] - base_heap[0], free=top[2] - base_heap[1],
+    row.update(in_use=top[1] - base_heap[0], free=top[2] - base_heap[1],
                mapped=top[3] - base_heap[2])
 print(json.dumps(row))
 """
