@@ -1,5 +1,6 @@
 """translate, evaluate, average and demo from the command line, on a small trained model."""
 
+import json
 import os
 import pty
 import re
@@ -354,3 +355,44 @@ def test_attention_command_writes_figures_and_report(numbers_model, tmp_path, ca
         ["attention", str(numbers_model), "twelve", "--out", str(out_dir), "--layer", "7"], capsys
     )
     assert code == 2 and "layer 7 is out of range" in err and err.count("\n") == 1
+
+
+def test_the_model_directorys_own_config_gives_the_search_and_never_the_sizes(
+    numbers_model, tmp_path, capsys, monkeypatch
+):
+    """Editing a model directory's config.json changes the search its commands run (its decode
+    section, over every checkpoint's copy); an edited model size is not used, and one line
+    says so. A checkpoint folder named on its own keeps its own config."""
+    model = tmp_path / "M"
+    shutil.copytree(numbers_model, model, ignore=shutil.ignore_patterns("data"))
+    before = load_torch_engine(model)
+    config = json.loads((model / "config.json").read_text())
+    config["decode"].update(nbest=2, beam_size=3, max_len_b=7)
+    config["model"]["d_model"] = 2 * config["model"]["d_model"]
+    (model / "config.json").write_text(json.dumps(config))
+
+    code, out, err = cli(["translate", str(model)], capsys, "twelve\neighty\n", monkeypatch)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert [line.split(" ||| ")[0] for line in lines] == ["0", "0", "1", "1"], out  # 2-best
+    warning = [line for line in err.splitlines() if line]
+    assert len(warning) == 1 and "model.d_model" in warning[0], err
+    assert str(model / "config.json") in warning[0] and "not used" in warning[0], err
+
+    engine = load_torch_engine(model)
+    assert (engine.decode.beam_size, engine.decode.nbest, engine.decode.max_len_b) == (3, 2, 7)
+    assert engine.model.config.d_model == before.model.config.d_model  # the weights' own
+    assert engine.decode != before.decode
+    alone = load_torch_engine(engine.path)  # the checkpoint folder: its own decode
+    assert alone.decode == before.decode
+
+
+def test_a_damaged_model_directory_config_is_one_line_naming_it(
+    numbers_model, tmp_path, capsys, monkeypatch
+):
+    model = tmp_path / "M"
+    shutil.copytree(numbers_model, model, ignore=shutil.ignore_patterns("data"))
+    (model / "config.json").write_text('{"decode": {"beam_size": -3}}')
+    code, out, err = cli(["translate", str(model)], capsys, "twelve\n", monkeypatch)
+    assert code == 2 and out == "", (out, err)
+    assert len(err.strip().splitlines()) == 1 and "config.json" in err and "beam_size" in err, err

@@ -95,7 +95,12 @@ def test_a_damaged_model_file_is_read_or_refused_in_one_line(
     else:
         result = cli_main("info", str(model))
     assert (snapshot(home), snapshot(elsewhere)) == (before, other)
-    worked_or_refused(result, file, 2 if command == "translate" else None)
+    lines = 2 if command == "translate" else None
+    if command == "translate" and name == "config.json":  # its decode is used: n-best lists
+        lines = None
+        out = result.stdout.splitlines()
+        assert result.code or len(out) == 2 or {x.split(" ||| ")[0] for x in out} == {"0", "1"}
+    worked_or_refused(result, file, lines)
 
 
 # -------------------------------------------------------------------------------- an export
@@ -116,7 +121,12 @@ def test_a_damaged_export_marker_is_read_or_refused_in_one_line(
     else:
         result = cli_main("info", str(export))
     assert (snapshot(home), snapshot(elsewhere)) == (before, other)
-    worked_or_refused(result, file, 2 if command == "translate" else None)
+    lines = 2 if command == "translate" else None
+    if command == "translate" and name == "config.json":  # its decode is used: n-best lists
+        lines = None
+        out = result.stdout.splitlines()
+        assert result.code or len(out) == 2 or {x.split(" ||| ")[0] for x in out} == {"0", "1"}
+    worked_or_refused(result, file, lines)
 
 
 # --------------------------------------------------------------------------- a Marian folder

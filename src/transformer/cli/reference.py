@@ -34,9 +34,13 @@ stale). A key is `section.key` in every place it can be given:
 Precedence, lowest first: the defaults below, the `model.preset`, the `--config` file, the
 options; `--resume` starts from the run's saved config instead of `--config`. Every value is
 checked where it is set (type, finiteness, range) and an unknown key is an error that names it.
-The `model`, `data`, `train`, `decode` and `runtime` sections are saved with every checkpoint;
-`translate`, `evaluate`, `attention` and `serve` take `decode` (on top of the model's own) and
-`runtime` from the command line. `serve` is the service's own section, never saved.
+The `model`, `data`, `train`, `decode` and `runtime` sections are saved in a model directory's
+`config.json` and with every checkpoint; `translate`, `evaluate`, `attention` and `serve` take
+`decode` (on top of the model's own) and `runtime` from the command line. A model's own `decode`
+is its directory's `config.json`'s (edit it to change the search a model runs by default; a
+checkpoint folder named on its own uses its copy), and its `model` section is the checkpoint's,
+whose weights have those sizes: an edited size in the directory's is not used, with one line
+saying so. `serve` is the service's own section, never saved.
 A command offers only the keys it has a use for and refuses the others by name
 (`transformer COMMAND --help` lists its own): `runtime.loss_chunk` and
 `runtime.timeout_minutes` are training's; `score` searches for nothing, so it takes no search

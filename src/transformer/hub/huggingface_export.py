@@ -36,6 +36,7 @@ from ..files import mark_folder, write_bytes, write_json_atomic, write_text
 from ..model.build import shapes_only
 from ..model_dir.checkpoints import read_config, resolve_checkpoint
 from ..model_dir.layout import CONFIG, HF_FORMAT, WEIGHTS, model_dir_of
+from ..model_dir.settings import directory_settings
 from ..model_dir.weights import weights_of
 from ..vocab import BOS_ID
 from .marian_config import check_exportable, generation_config, marian_config
@@ -63,7 +64,7 @@ def export_huggingface(
     out = Path(out)
     check_export_replaceable(out, model_dir)
     folder = resolve_checkpoint(Path(model_dir), checkpoint)
-    config = read_config(folder)
+    config = directory_settings(Path(model_dir), folder, read_config(folder))  # its decode
     check_exportable(config.model)
     tokenizers = Tokenizers.load(model_dir_of(folder), config.model.vocab_sizes,
                                  str(folder / "config.json"))  # fmt: skip

@@ -152,8 +152,8 @@ def load_torch_engine(
 ) -> TorchEngine:
     """A model directory (its ``checkpoint``: best or last, None for best) or a checkpoint
     folder (``checkpoint`` None) on the runtime's device (not the one it was trained on), with
-    ``search`` options (DecodeConfig fields) on top of its saved decode
-    config; an ``nbest`` larger than the beam widens it."""
+    ``search`` options (DecodeConfig fields) on top of its decode config (a model directory's
+    own, model_dir/settings.py); an ``nbest`` larger than the beam widens it."""
     check_runtime(runtime)
     device = prepare_runtime(runtime)
     loaded = load_checkpoint(Path(model_dir), checkpoint, device)

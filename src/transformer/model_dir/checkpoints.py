@@ -40,6 +40,7 @@ from .layout import (
     ignored_choice,
     is_checkpoint_folder,
 )
+from .settings import directory_settings
 from .weights import load_weights, model_state, read_weights
 
 log = logging.getLogger(__name__)
@@ -184,13 +185,14 @@ def read_config(folder: Path) -> RunConfig:
 def load_checkpoint(
     path: Path, which: str | None = None, device: torch.device | str = "cpu"
 ) -> Loaded:
-    """Loads a model (in eval mode) from a model directory or a checkpoint folder.
+    """Loads a model (in eval mode) from a model directory or a checkpoint folder, with the
+    directory's own search settings (settings.py).
 
     The weights are read on the CPU and then moved to ``device`` (a map_location), so a
     checkpoint written on any device loads on any other.
     """
     folder = resolve_checkpoint(Path(path), which)
-    config = read_config(folder)
+    config = directory_settings(Path(path), folder, read_config(folder))
     # the Transformer or the RNN, its weights not drawn at random: the file's replace them
     model = build_model(config.model, str(folder / CONFIG), initialise=False)
     load_weights(model, folder / WEIGHTS)
