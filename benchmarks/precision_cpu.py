@@ -29,7 +29,7 @@ from transformer.data import load_splits
 from transformer.data.tokenizer import Tokenizers
 from transformer.device import native_bf16_cpu
 from transformer.inference.evaluate import score_translations
-from transformer.inference.translate import translate
+from transformer.inference.translation import translate
 from transformer.model_dir.checkpoints import load_checkpoint, read_config, read_index
 from transformer.model_dir.runs import read_metrics
 from transformer.training.loop import train

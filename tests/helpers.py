@@ -31,7 +31,7 @@ from transformer.cli import main
 from transformer.config import DecodeConfig, ModelConfig, RunConfig, load_config, sectioned
 from transformer.inference import greedy_search
 from transformer.inference.beam import beam_search
-from transformer.inference.translate import translate
+from transformer.inference.translation import translate
 from transformer.model import AttentionMaps, EncoderDecoder, Transformer, build_model
 from transformer.model.masks import padding_mask
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID

@@ -16,7 +16,7 @@ import torch
 from num2words import num2words
 
 from transformer.data.batching import encode_source, pad
-from transformer.inference.translate import search
+from transformer.inference.translation import search_batch
 
 SIZES = (1, 7, 64)
 pytestmark = pytest.mark.slow  # the tests' trained model; 1,200 beam searches
@@ -45,7 +45,7 @@ def test_the_same_translation_alone_or_in_a_mixed_batch_of_any_size(torch_engine
         found[size] = [
             h[0].tokens
             for start in range(0, len(ids), size)
-            for h in search(
+            for h in search_batch(
                 torch_engine.model, pad(ids[start : start + size], torch.device("cpu")), decode
             )  # fmt: skip
         ]

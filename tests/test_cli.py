@@ -10,7 +10,7 @@ import re
 import pytest
 
 from transformer.cli import commands, config_from_args, main
-from transformer.cli.main import COMMANDS, build_parser
+from transformer.cli.entry import COMMANDS, build_parser
 from transformer.cli.options import parse
 from transformer.config import SECTIONS, ModelConfig, load_config
 from transformer.model.products import chosen_library

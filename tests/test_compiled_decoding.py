@@ -94,7 +94,7 @@ def test_a_search_with_alignments_runs_its_steps_uncompiled(uncompiled, monkeypa
     aligned = DecodeConfig(beam_size=3, nbest=2, max_len_a=1.5, max_len_b=4, alignment=True)
     expected = beam_search(model, src, aligned)
     assert compiled.compile_decoding(model)
-    running = sys.modules["transformer.inference.search"]  # the package's `search` is a function
+    running = sys.modules["transformer.inference.search"]  # inference/search.py
     steps, fixed_cache = [], running.fixed_cache  # the compiled step's cache, made per search
     monkeypatch.setattr(running, "fixed_cache", lambda *a: steps.append(a) or fixed_cache(*a))
     found = beam_search(model, src, aligned)  # the compiled step returns no attention

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from transformer.cli.commands import COMMANDS
-from transformer.cli.main import build_parser
+from transformer.cli.entry import build_parser
 from transformer.cli.options import COMMAND_SECTIONS, parse
 from transformer.cli.reference import configuration_markdown
 from transformer.config import SECTIONS, build_config

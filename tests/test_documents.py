@@ -18,7 +18,7 @@ import pytest
 from transformer.config import DecodeConfig
 from transformer.inference.documents import fit, read_document
 from transformer.inference.texts import translate_texts
-from transformer.inference.translate import Translation, TranslationResult
+from transformer.inference.translation import Translation, TranslationResult
 
 from helpers import cli_main, one_line_error
 

@@ -9,7 +9,7 @@ import unicodedata
 import pytest
 import torch
 
-from transformer.inspect.explain import (
+from transformer.inspect.worked_examples import (
     TOPICS,
     Step,
     explain,

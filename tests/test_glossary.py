@@ -21,7 +21,7 @@ from transformer.inference.constraints import TermState, allocate
 from transformer.inference.documents import fit
 from transformer.inference.glossary import Glossary
 from transformer.inference.texts import translate_texts
-from transformer.inference.translate import translate_ids
+from transformer.inference.translation import translate_ids
 from transformer.model_dir.checkpoints import read_config
 from transformer.vocab import EOS_ID
 

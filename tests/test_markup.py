@@ -24,7 +24,7 @@ from transformer.inference.confidence import Confidence, Word
 from transformer.inference.markup import MarkupError, parse_markup
 from transformer.inference.tag_placement import Atom, Inline, place_tags
 from transformer.inference.texts import record, translate_texts
-from transformer.inference.translate import Translation, TranslationResult
+from transformer.inference.translation import Translation, TranslationResult
 
 from helpers import assert_error, cli_main, client_for, one_line_error
 

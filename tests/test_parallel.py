@@ -13,7 +13,7 @@ from transformer.device import prepare_runtime
 from transformer.errors import UserError
 from transformer.inference import translate_ids
 from transformer.inference.parallel import DecodeThreads, decode_threads, map_batches
-from transformer.inference.translate import in_length_batches
+from transformer.inference.translation import in_length_batches
 
 from helpers import tiny_model
 
@@ -71,14 +71,14 @@ def test_sentences_per_batch_follow_the_cost_of_a_step_unless_given():
 
 @pytest.mark.parametrize(("batch_size", "sizes"), [(0, [256, 44]), (64, [64] * 4 + [44])])
 def test_a_small_model_translates_in_batches_of_256_by_default(monkeypatch, batch_size, sizes):
-    module = sys.modules[in_length_batches.__module__]  # the package's name is a function
-    seen, search = [], module.search
+    module = sys.modules[in_length_batches.__module__]  # inference/translation.py
+    seen, search = [], module.search_batch
 
     def counted(model, src_ids, *args, **kwargs):
         seen.append(src_ids.size(0))
         return search(model, src_ids, *args, **kwargs)
 
-    monkeypatch.setattr(module, "search", counted)
+    monkeypatch.setattr(module, "search_batch", counted)
     model = tiny_model(40, 30, dropout=0.0)
     assert DecodeConfig().sentences_per_batch(model.config) == 256
     sentences = [SENTENCES[i % len(SENTENCES)] for i in range(300)]

@@ -9,7 +9,7 @@ from transformer.config import DecodeConfig
 from transformer.errors import BadValue
 from transformer.inference.greedy import draw_tokens, row_seeds
 from transformer.inference.parallel import DecodeThreads
-from transformer.inference.translate import translate_ids
+from transformer.inference.translation import translate_ids
 
 from helpers import (
     assert_error,

@@ -10,7 +10,7 @@ from transformer.config import DecodeConfig
 from transformer.errors import UserError
 from transformer.inference.alignment import attach_attention, cut_to_sources
 from transformer.inference.search import AttentionTrail
-from transformer.inference.translate import search
+from transformer.inference.translation import search_batch
 from transformer.vocab import EOS_ID, PAD_ID
 
 from helpers import ENCODER_DECODERS, padded, random_model
@@ -33,7 +33,7 @@ def searched_and_forced(model, config, use_cache=True, prefix=None, terms=None):
     src = padded(SOURCES)
     aligned = DecodeConfig(**{**config.__dict__, "alignment": True})
     with torch.no_grad():
-        found = search(model, src, aligned, use_cache, prefix, terms=terms)
+        found = search_batch(model, src, aligned, use_cache, prefix, terms=terms)
     kept = [[h.attention for h in hyps] for hyps in found]
     for hyps in found:
         for h in hyps:
@@ -85,8 +85,8 @@ def test_alignments_leave_the_hypotheses_as_they_were(kind):
     model, src = random_model(seed=4), padded(SOURCES)
     config = SEARCHES[kind]
     with torch.no_grad():
-        plain = search(model, src, config)
-        aligned = search(model, src, DecodeConfig(**{**config.__dict__, "alignment": True}))
+        plain = search_batch(model, src, config)
+        aligned = search_batch(model, src, DecodeConfig(**{**config.__dict__, "alignment": True}))
     assert [[h.tokens for h in hyps] for hyps in aligned] == [[h.tokens for h in hyps]
                                                               for hyps in plain]  # fmt: skip
     # the same scores, bit for bit: with alignments a step on a CPU still runs the layers'
@@ -100,7 +100,7 @@ def test_alignments_leave_the_hypotheses_as_they_were(kind):
 def test_an_rnn_without_attention_says_it_has_none():
     model, src = ENCODER_DECODERS["gru-none"](), padded(SOURCES)
     with pytest.raises(UserError, match="no attention"):
-        search(model, src, DecodeConfig(alignment=True))
+        search_batch(model, src, DecodeConfig(alignment=True))
 
 
 def test_cut_to_sources_keeps_each_sentences_own_columns():

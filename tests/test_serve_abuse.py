@@ -20,7 +20,7 @@ import pytest
 
 from transformer.config import DecodeConfig
 from transformer.inference import beam_search, greedy_search
-from transformer.inference.translate import Translation, TranslationResult
+from transformer.inference.translation import Translation, TranslationResult
 from transformer.serve.batcher import Batcher
 from transformer.vocab import EOS_ID
 

@@ -14,7 +14,7 @@ pytest.importorskip("fastapi")
 import httpx  # noqa: E402
 
 from transformer.inference.alignment import pharaoh  # noqa: E402
-from transformer.inference.translate import translate  # noqa: E402
+from transformer.inference.translation import translate  # noqa: E402
 from transformer.serve.app import create_app  # noqa: E402
 from transformer.serve.config import ServeConfig  # noqa: E402
 

@@ -54,7 +54,7 @@ def imports_of(name: str, path: Path) -> set[str]:
 
 def test_there_are_no_import_cycles():
     graph = {name: imports_of(name, path) for name, path in MODULES.items()}
-    assert graph["transformer.cli.main"]  # the walk finds imports at all
+    assert graph["transformer.cli.entry"]  # the walk finds imports at all
     cycles, state = [], {}
 
     def visit(node: str, stack: list[str]) -> None:
@@ -108,6 +108,22 @@ def test_each_subpackage_names_its_public_api(package):
     assert module.__doc__ and module.__all__
     for name in module.__all__:
         assert getattr(module, name) is not None, name
+
+
+def test_no_package_name_hides_a_module_of_its_own():
+    """``import transformer.inference.translate as m`` gave the function ``translate``, not the
+    module, while the package exported a function of its module's name: a name a package
+    exports is never the name of one of its modules (unless it is that module)."""
+    hidden = []
+    for name, path in MODULES.items():
+        if path.name != "__init__.py":
+            continue
+        package = importlib.import_module(name)
+        for sub in sorted(p.stem for p in path.parent.glob("*.py") if not p.stem.startswith("__")):
+            module = importlib.import_module(f"{name}.{sub}")
+            if getattr(package, sub, module) is not module:
+                hidden.append(f"{name}.{sub}")
+    assert hidden == [], "rename the module or the name the package exports"
 
 
 # Which part of the package may import which: the floors of the house, lowest first. Reading a
@@ -172,7 +188,7 @@ def test_only_the_command_line_imports_the_server():
     }
     assert importers == {"transformer.cli.translating"}
     script = (
-        "import sys; import transformer.serve.config; import transformer.cli.main; "
+        "import sys; import transformer.serve.config; import transformer.cli.entry; "
         "print(sorted(m for m in ('fastapi', 'uvicorn', 'starlette') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
@@ -217,7 +233,7 @@ OUTSIDE_THE_GATE = {
     ("transformer.inference.ctranslate2", "tempfile.TemporaryDirectory"):
         "converts a model for CTranslate2 in a private folder of the system's temporary "
         "directory, deleted when the block ends: no path a user named or owns",
-    ("transformer.cli.main", "os.open"):
+    ("transformer.cli.entry", "os.open"):
         "opens /dev/null for standard output once its reader has gone (a broken pipe): no file",
 }  # fmt: skip
 

@@ -17,7 +17,7 @@ from transformer.cli import main
 from transformer.config import DecodeConfig
 from transformer.data.tokenizer import Tokenizer, Tokenizers
 from transformer.errors import UserError
-from transformer.inference.translate import translate
+from transformer.inference.translation import translate
 from transformer.model_dir.checkpoints import load_checkpoint, read_index
 from transformer.model_dir.runs import read_metrics
 from transformer.training import loop as train_module

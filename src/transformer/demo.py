@@ -32,7 +32,7 @@ from .inference.evaluate import (
     references_by_source,
     score_translations,
 )
-from .inference.translate import translate
+from .inference.translation import translate
 from .model_dir.runs import RunDir
 from .training.loop import train
 

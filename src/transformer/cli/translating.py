@@ -164,7 +164,7 @@ def export_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
 
 
 def explain_options(p: ArgumentParser) -> None:
-    from ..inspect.explain import TOPICS
+    from ..inspect.worked_examples import TOPICS
 
     p.add_argument("model_dir", nargs="?", help="a model directory: step SENTENCE through it "
                    "and write the view to --html (none: the notes' worked examples)")  # fmt: skip
@@ -182,7 +182,7 @@ def explain_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
         if ns.html or ns.force or given:
             raise UserError("--html, --force and the search options need MODEL_DIR and SENTENCE: "
                             "transformer explain MODEL_DIR SENTENCE --html OUT")  # fmt: skip
-        from ..inspect.explain import explain
+        from ..inspect.worked_examples import explain
 
         print(explain(ns.topic, color=sys.stdout.isatty() and not ns.no_color))
         return

@@ -15,11 +15,11 @@ from .greedy import greedy_search, sample
 from .score import PairScore, ScoreResult, score_ids
 from .search import Hypothesis
 from .texts import translate_texts
-from .translate import search, translate, translate_ids, translate_with
+from .translation import search_batch, translate, translate_ids, translate_with
 
 __all__ = [
     "Engine", "Glossary", "Hypothesis", "PairScore", "ScoreResult", "TorchEngine", "beam_search",
     "constrained_beam_search", "exact_match", "greedy_search", "load_engine", "load_torch_engine",
-    "sample", "score_ids", "score_translations", "search", "translate", "translate_ids",
+    "sample", "score_ids", "score_translations", "search_batch", "translate", "translate_ids",
     "translate_texts", "translate_with",
 ]  # fmt: skip

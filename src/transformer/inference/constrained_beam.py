@@ -22,7 +22,7 @@ plain beam search:
 
 The length limit is raised to make room for the terms, as it is for a prefix. A hypothesis that
 the limit ends before it has met every term is kept, ranked below every one that met them all;
-the caller can tell from its tokens (``translate.py`` warns). A beam of 1 (greedy search) is
+the caller can tell from its tokens (``translation.py`` warns). A beam of 1 (greedy search) is
 this search with one slot, which always goes to the highest bank: each term is produced as
 early as it can be. Post & Vilar recommend a beam wider than the number of term tokens.
 

@@ -44,7 +44,7 @@ from ..data.tokenizer import Tokenizers
 from .alignment import word_count, word_of_pieces
 from .glossary import Glossary
 from .search import length_limits
-from .translate import decoded
+from .translation import decoded
 
 # A term update (one term of one candidate advanced by a token) took 0.4-0.7 µs, one thread on
 # the 2-core AMD EPYC; a decoder token (one row of one search step) of the demo model, the

@@ -81,7 +81,7 @@ from .inputs import check_ids, check_runtime, search_of
 from .parallel import DecodeThreads
 from .score import ScoreResult, score_with
 from .search import Hypothesis, Stopped, gnmt_length_penalty, output_length_limits
-from .translate import TranslationResult, tokenizers_for, translate_with
+from .translation import TranslationResult, tokenizers_for, translate_with
 
 PATIENCE = 2.0  # beam search goes on until 2K hypotheses have finished (see above)
 

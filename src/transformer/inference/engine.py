@@ -34,7 +34,7 @@ from .next_tokens import BLOCK
 from .parallel import decode_threads
 from .score import ScoreResult, score_ids, score_with
 from .search import Stopped
-from .translate import TranslationResult, tokenizers_for, translate
+from .translation import TranslationResult, tokenizers_for, translate
 
 
 @dataclass

@@ -37,7 +37,7 @@ from .evaluate import (
 )
 from .glossary import Glossary
 from .score import TargetTooLong
-from .translate import Translation, TranslationResult, prefix_problem
+from .translation import Translation, TranslationResult, prefix_problem
 
 # an engine's translate: (sentences, search or None for its own, prefixes or None)
 Translate = Callable[[list[str], DecodeConfig | None, list[str] | None], TranslationResult]

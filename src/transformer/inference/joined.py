@@ -9,7 +9,7 @@ from collections import Counter
 
 from .confidence import Confidence
 from .glossary import Glossary
-from .translate import Translation
+from .translation import Translation
 
 
 def split_through(glossary: Glossary, source: str, parts: list[str], texts: list[str]) -> list[str]:

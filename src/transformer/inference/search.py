@@ -21,7 +21,7 @@ Shared rules of every search:
 - every step's log-probabilities are checked for NaN and +inf (``check_scores``): weights that
   are finite but huge overflow in the forward pass, and a search ranking NaNs has no answer.
 
-The searches (``greedy.py``, ``beam.py``; ``translate.py`` chooses among them) take an
+The searches (``greedy.py``, ``beam.py``; ``translation.py`` chooses among them) take an
 ``EncoderDecoder`` (model/base.py) and use only its ``encode``, ``decode``, ``new_cache``,
 ``log_probs`` and ``config.max_positions``: the Transformer, the RNN, or the tests' stub with
 hand-set distributions.

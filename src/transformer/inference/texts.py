@@ -39,7 +39,7 @@ from .inputs import check_texts, search_of
 from .joined import joined_alignment, joined_confidence, joined_links, split_through
 from .markup import MARKUPS, MarkupError
 from .markup_segments import Marked, read_marked
-from .translate import Translation, TranslationResult
+from .translation import Translation, TranslationResult
 
 
 @dataclass

@@ -6,12 +6,12 @@ trained runs compared side by side (BLEU by sentence length, speed, size)."""
 from .attention import Inspection, attention_job, inspect_sentence
 from .compare import Comparison, compare_runs
 from .compare_report import write_report
-from .explain import explain
 from .info import describe, parameter_table
 from .report import write_html_report
 from .step_page import step_through_job
 from .trace import trace_sentence
 from .visualize import save_positional_plots, write_attention_figures
+from .worked_examples import explain
 
 __all__ = [
     "Comparison", "Inspection", "attention_job", "compare_runs", "describe", "explain",

@@ -22,7 +22,7 @@ from ..files import mark_folder, replace_folder
 from ..inference.engine import TorchEngine
 from ..inference.inputs import check_text
 from ..inference.search import Stopped
-from ..inference.translate import translate
+from ..inference.translation import translate
 from ..model.base import AttentionMaps, EncoderDecoder
 from ..vocab import BOS_ID
 from .report import write_html_report

@@ -47,7 +47,7 @@ from ..inference.cost import scoring_cost, translation_cost
 from ..inference.engine import Engine, TorchEngine
 from ..inference.glossary import Glossary
 from ..inference.search import Stopped
-from ..inference.translate import Translation
+from ..inference.translation import Translation
 from ..inspect.attention import inspect_sentence
 from ..inspect.step_page import PAGE as STEP_PAGE
 from ..inspect.step_page import engine_view, page_html

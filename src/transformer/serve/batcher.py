@@ -35,7 +35,7 @@ from ..config import DecodeConfig
 from ..inference.engine import Engine
 from ..inference.glossary import Glossary
 from ..inference.search import Stopped
-from ..inference.translate import TranslationResult
+from ..inference.translation import TranslationResult
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from ..inference.engine import Engine
 from ..inference.glossary import NO_CONSTRAINED_SEARCH, Glossary
 from ..inference.greedy import NO_SEED
 from ..inference.score import TargetTooLong
-from ..inference.translate import prefix_problem
+from ..inference.translation import prefix_problem
 from .errors import ApiError
 from .schema import search_options
 

@@ -11,7 +11,7 @@ import torch
 
 from ..config import RunConfig
 from ..data.batching import collate, make_batches
-from ..inference.translate import translate
+from ..inference.translation import translate
 from ..model.base import EncoderDecoder
 from .chunked_loss import TrainingLoss
 from .loss import impossible_tokens

@@ -3,7 +3,7 @@ evaluate, validate and attention.
 
 ``translate_ids`` sorts sentences by length, cuts them into batches (``in_length_batches``,
 ``data/batching.py``) and sends each batch to the search the DecodeConfig asks for
-(``search``): greedy, sampling or beam.
+(``search_batch``): greedy, sampling or beam.
 
 Source sentences become SentencePiece ids followed by EOS; a sentence longer than the model's
 positions allow (``max_positions`` tokens) is truncated to fit, and the caller is told which
@@ -85,7 +85,7 @@ def translate_ids(
         src_ids = pad([sentences[i] for i in indices], device)  # (B, S)
         prefix = pad([prefixes[i] for i in indices], device) if prefixes else None  # (B, P)
         forced = [terms[i] for i in indices] if terms else None
-        return search(model, src_ids, config, use_cache, prefix, left, forced)
+        return search_batch(model, src_ids, config, use_cache, prefix, left, forced)
 
     return in_length_batches(sentences, config, run, stopped, threads)
 
@@ -136,7 +136,7 @@ def in_length_batches(
     return [results.get(i, []) for i in range(len(sentences))]
 
 
-def search(
+def search_batch(
     model: EncoderDecoder,
     src_ids: Tensor,
     config: DecodeConfig,
