@@ -60,6 +60,13 @@ def worked_or_refused(result: Result, file: Path | None, lines: int | None) -> N
         assert name in result.stderr[0], (name, result.stderr)
 
 
+def two_translations(result: Result) -> None:
+    """Where the damaged file gives the search, the translation of the two input lines: two
+    lines, or an n-best list of each (``0 ||| ...``, ``1 ||| ...``) where it asks for one."""
+    out = result.stdout.splitlines()
+    assert result.code or len(out) == 2 or {x.split(" ||| ")[0] for x in out} == {"0", "1"}, out
+
+
 def damaged(folder: Path, name: str, mutation: Mutation, elsewhere: Path) -> Path:
     """``folder/name``, with ``mutation`` applied."""
     mutation.apply(folder / name, elsewhere)
@@ -95,12 +102,10 @@ def test_a_damaged_model_file_is_read_or_refused_in_one_line(
     else:
         result = cli_main("info", str(model))
     assert (snapshot(home), snapshot(elsewhere)) == (before, other)
-    lines = 2 if command == "translate" else None
-    if command == "translate" and name == "config.json":  # its decode is used: n-best lists
-        lines = None
-        out = result.stdout.splitlines()
-        assert result.code or len(out) == 2 or {x.split(" ||| ")[0] for x in out} == {"0", "1"}
-    worked_or_refused(result, file, lines)
+    searched = command == "translate" and name == "config.json"  # its decode section is used
+    if searched:
+        two_translations(result)
+    worked_or_refused(result, file, 2 if command == "translate" and not searched else None)
 
 
 # -------------------------------------------------------------------------------- an export
@@ -121,12 +126,9 @@ def test_a_damaged_export_marker_is_read_or_refused_in_one_line(
     else:
         result = cli_main("info", str(export))
     assert (snapshot(home), snapshot(elsewhere)) == (before, other)
-    lines = 2 if command == "translate" else None
-    if command == "translate" and name == "config.json":  # its decode is used: n-best lists
-        lines = None
-        out = result.stdout.splitlines()
-        assert result.code or len(out) == 2 or {x.split(" ||| ")[0] for x in out} == {"0", "1"}
-    worked_or_refused(result, file, lines)
+    if command == "translate":  # the marker's config gives the search
+        two_translations(result)
+    worked_or_refused(result, file, None)
 
 
 # --------------------------------------------------------------------------- a Marian folder
