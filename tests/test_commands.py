@@ -385,6 +385,12 @@ def test_the_model_directorys_own_config_gives_the_search_and_never_the_sizes(
     assert engine.decode != before.decode
     alone = load_torch_engine(engine.path)  # the checkpoint folder: its own decode
     assert alone.decode == before.decode
+    # a directory's config without those sections: the checkpoint's, without a word
+    del config["decode"], config["model"]
+    (model / "config.json").write_text(json.dumps(config))
+    code, out, err = cli(["translate", str(model)], capsys, "twelve\neighty\n", monkeypatch)
+    assert (code, err, len(out.splitlines())) == (0, "", 2), (out, err)
+    assert load_torch_engine(model).decode == before.decode
 
 
 def test_a_damaged_model_directory_config_is_one_line_naming_it(

@@ -30,14 +30,16 @@ log = logging.getLogger(__name__)
 
 def directory_settings(model_dir: Path, folder: Path, saved: RunConfig) -> RunConfig:
     """The config to use with checkpoint ``folder`` (whose own is ``saved``) reached through
-    ``model_dir``: the checkpoint's ``model``, ``model_dir``'s own ``decode``. A damaged
-    ``model_dir/config.json`` is an error that names it, as every file read from outside."""
+    ``model_dir``: the checkpoint's ``model``, ``model_dir``'s own ``decode`` (where it has that
+    section). A damaged ``model_dir/config.json`` is an error that names it, as every file read
+    from outside."""
     path = model_dir / CONFIG
     if folder == model_dir or not (path.exists() or path.is_symlink()):
         return saved
-    own = build_config(read_json(path), str(path))
+    raw = read_json(path)
+    own = build_config(raw, str(path))  # every section checked, as the checkpoint's is
     theirs, ours = asdict(own.model), asdict(saved.model)
-    differ = [key for key in ours if theirs[key] != ours[key]]
+    differ = [key for key in ours if theirs[key] != ours[key]] if "model" in raw else []
     if differ:
         first, n = differ[0], len(differ) - 1
         more = f" (and {n} more model key{'s' if n > 1 else ''} of it)" if n else ""
@@ -45,4 +47,4 @@ def directory_settings(model_dir: Path, folder: Path, saved: RunConfig) -> RunCo
             f"{path}: model.{first} {theirs[first]!r} is not used{more}: the weights of "
             f"{folder} have {ours[first]!r}, from its own {CONFIG}"
         )
-    return replace(saved, decode=own.decode)
+    return replace(saved, decode=own.decode) if "decode" in raw else saved
