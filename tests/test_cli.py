@@ -13,6 +13,8 @@ from transformer.cli import commands, config_from_args, main
 from transformer.cli.entry import COMMANDS, build_parser
 from transformer.cli.options import parse
 from transformer.config import SECTIONS, ModelConfig, load_config
+from transformer.errors import BadValue
+from transformer.model import products
 from transformer.model.products import chosen_library
 from transformer.model_dir.checkpoints import resolve_checkpoint
 
@@ -259,6 +261,35 @@ def test_checkpoint_is_refused_where_it_would_be_ignored(numbers_model, tmp_path
     code, out_last, _ = cli(["translate", str(numbers_model), "-i", source, "--checkpoint",
                              "last"], capsys)  # fmt: skip
     assert code == 0 and out_last == out
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("LRU_CACHE_CAPACITY", v) for v in ("0", "", "abc", "-1", "\u00b2", "12abc")]
+    + [("ONEDNN_PRIMITIVE_CACHE_CAPACITY", v) for v in ("-1", "abc", "1.5")],
+)
+def test_a_cache_size_in_the_environment_that_is_no_count_is_refused_before_anything_runs(
+    name, value, numbers_model, monkeypatch, tmp_path, capsys
+):
+    """PyTorch's oneDNN reads these at its first product; an LRU_CACHE_CAPACITY that it reads
+    as 0 ended the process with a segmentation fault there (exit 139, no message)."""
+    monkeypatch.setenv(name, value)
+    for command in (["train", str(tmp_path / "model")], ["translate", str(numbers_model)]):
+        code, out, err = cli(command, capsys)
+        assert code == 2 and not out and len(err.strip().splitlines()) == 1, err
+        assert f"{name}={value!r}" in err and "whole number" in err, err
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(BadValue, match=name):  # from Python, before the first product
+        products.limit_onednn_caches()
+
+
+def test_a_cache_size_of_zero_no_longer_crashes_a_command(numbers_model, monkeypatch):
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", "0")
+    result = cli_process("translate", str(numbers_model), stdin="twelve\n")
+    assert result.code == 2 and len(result.stderr) == 1, result  # was -11 (SIGSEGV)
+    assert "LRU_CACHE_CAPACITY='0'" in result.stderr[0], result
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", " 3 ")  # a count, spaces around it: used
+    assert cli_process("translate", str(numbers_model), stdin="twelve\n").code == 0
 
 
 @pytest.mark.parametrize("command", ["train", "translate", "serve"])

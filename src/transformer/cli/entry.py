@@ -27,7 +27,7 @@ from jsonargparse import ArgumentParser, set_parsing_settings
 
 from ..config import RunConfig
 from ..errors import Terminated, UserError, describe_os_error
-from ..model.products import chosen_library
+from ..model.products import check_cache_sizes, chosen_library
 from .commands import COMMANDS
 from .help import command_help
 from .options import COMMAND_SECTIONS, parse, section_file_help
@@ -80,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    command.sections))  # fmt: skip
                 return 0
             chosen_library()  # a bad TRANSFORMER_CPU_PRODUCTS is refused before anything runs
+            check_cache_sizes()  # and a cache size that would crash oneDNN's first product
             ns, given = parse(build_parser(name), rest, COMMANDS[name].sections)
             COMMANDS[name].run(ns, given)
         except BrokenPipeError:  # the reader went away (`... | head -1`): stop quietly

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import time
 from functools import cache
 
@@ -73,9 +74,31 @@ def can_pack() -> bool:
     )
 
 
+# The least each cache size may be where the environment sets it: ideep's cache of 0 entries
+# (LRU_CACHE_CAPACITY=0, or any value it reads as 0: empty, "abc") ended the process with a
+# segmentation fault at its first product; oneDNN's own may be 0 (no cache)
+LEAST_CACHE_SIZES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": 0, "LRU_CACHE_CAPACITY": 1}
+
+
+def check_cache_sizes() -> None:
+    """Refuses (one line) a cache size that the environment sets to anything but a whole number
+    of at least ``LEAST_CACHE_SIZES``: checked before a command starts, and before the first
+    product of a process that uses the library."""
+    for name, least in LEAST_CACHE_SIZES.items():
+        value = os.environ.get(name)
+        count = re.fullmatch(r"[ \t]*[0-9]+[ \t]*", value or "")  # as C's atoi reads one
+        if value is not None and not (count and int(value) >= least):
+            raise BadValue(
+                f"the environment variable {name}={value!r} is not a whole number of at least "
+                f"{least}: PyTorch's oneDNN reads it as the entries of a cache (unset it, and "
+                f"{CACHE_SIZES[name]} is used)"
+            )
+
+
 def limit_onednn_caches() -> None:
-    """Sets ``CACHE_SIZES`` where the environment has not: read at oneDNN's first product, a
-    value set then stays for the process."""
+    """Sets ``CACHE_SIZES`` where the environment has not (and checks those it has): read at
+    oneDNN's first product, a value set then stays for the process."""
+    check_cache_sizes()
     for name, size in CACHE_SIZES.items():
         os.environ.setdefault(name, str(size))
 
