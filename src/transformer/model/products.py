@@ -38,9 +38,10 @@ MARGIN = 1.3  # oneDNN's products are used where they take at most 1/1.3 of MKL'
 # oneDNN keeps a compiled product for each shape it has multiplied (0.2-0.3 ms to compile,
 # about 0.5 MB each), 1,024 by default: translating test2016 (a few hundred row counts) they
 # held 120-160 MB. A search keeps its batch to a few row counts (inference/search.py,
-# ``rows_kept``): 8 for 64 sentences, 4 products each. 48 entries do not hold those with each
-# batch's encoder's (test2016: 278 compilations a pass, 94 with 64 entries), but 64 or 96 were
-# no faster at two threads, for 0-10 MB more. ideep keeps a description of each as well, whose
+# ``rows_kept``): 8 for 64 sentences, 4 products each. Each compiled product takes two entries
+# (a matrix product nested in it takes one), so 48 do not hold those with each batch's
+# encoder's (test2016: 278 compilations a pass, 94 with 64 entries), but 64 or 96 were no faster
+# at two threads, for 0-10 MB more. ideep keeps a description of each as well, whose
 # number does not change the speed: 16 of those (docs/speed.md).
 CACHE_SIZES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": 48, "LRU_CACHE_CAPACITY": 16}
 # "mkl" or "onednn" decides without measuring (benchmarks, tests); unset or empty: measured
