@@ -385,3 +385,30 @@ def test_gradient_clipping_bounds_the_global_norm():
     )  # norm before
     after = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
     assert after.item() == pytest.approx(1.0, rel=1e-4)
+
+
+def test_a_resumed_run_saves_its_new_settings_and_translates_with_its_search(tmp_path):
+    """--resume may change the train limits and the search (decode): the run's config.json
+    then holds them, so that every checkpoint translates with the search asked for last, and a
+    later --resume starts from them (the checkpoints saved before keep their own copy)."""
+    from transformer.inference import load_torch_engine
+
+    out = tmp_path / "run"
+    main(["train", *TINY_NUMBERS, "--max_steps", "10", "--save_every", "5", "--out", str(out)])
+    first = json.loads((out / "config.json").read_text())
+    assert (first["train"]["max_steps"], first["decode"]["beam_size"]) == (10, 4)
+    code = main(["train", *TINY_NUMBERS, "--max_steps", "15", "--save_every", "5", "--out",
+                 str(out), "--resume", "--beam_size", "2", "--nbest", "2"])  # fmt: skip
+    assert code == 0
+    now = json.loads((out / "config.json").read_text())
+    assert (now["train"]["max_steps"], now["decode"]["beam_size"], now["decode"]["nbest"]) == (
+        15, 2, 2)  # fmt: skip
+    assert {k: v for k, v in now.items() if k not in ("train", "decode")} == {
+        k: v for k, v in first.items() if k not in ("train", "decode")}  # fmt: skip
+    before = json.loads((out / "checkpoints" / "step_00000010" / "config.json").read_text())
+    assert before["decode"]["beam_size"] == 4  # as it was saved
+    engine = load_torch_engine(out / "checkpoints" / "step_00000010")
+    assert engine.decode.beam_size == 4
+    for which in ("best", "last"):
+        engine = load_torch_engine(out, which)
+        assert (engine.decode.beam_size, engine.decode.nbest) == (2, 2)

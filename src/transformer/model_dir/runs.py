@@ -206,10 +206,13 @@ class RunDir:
                 remove_tree(self.root, owner=self.root)
 
     # ------------------------------------------------------------------- overwrite, safely
-    def destination(self, resume: bool) -> Destination:
+    def destination(self, resume: bool, settings: dict | None = None) -> Destination:
         """Where a training writes: into this folder, or, when it starts afresh over a run that
-        is already here (``--overwrite``), into the staging folder until its first checkpoint."""
-        return Destination(self, staged=self.has_run() and not resume)
+        is already here (``--overwrite``), into the staging folder until its first checkpoint.
+        ``settings``: a resumed run's config, which replaces its ``config.json`` at its first
+        checkpoint (new train limits, the search its commands run: settings.py)."""
+        return Destination(self, staged=self.has_run() and not resume,
+                           settings=settings if resume else None)  # fmt: skip
 
     def staging(self) -> RunDir:
         """Where ``--overwrite`` builds the new run (empty)."""
@@ -285,11 +288,13 @@ class Destination:
     A fresh run over an existing one is built in ``.staging``; once its first checkpoint is
     saved (``checkpoint_saved``) it replaces the old run, and from then on the training writes
     into the run's own folder. Stopped before that (``discard``), the old run stays as it was.
+    A resumed run's settings replace its ``config.json`` at the same moment.
     """
 
-    def __init__(self, run: RunDir, staged: bool) -> None:
+    def __init__(self, run: RunDir, staged: bool, settings: dict | None = None) -> None:
         self.run = run
         self.current = run.staging() if staged else run
+        self.settings = settings  # the run's config.json at its first checkpoint, if given
 
     @property
     def staged(self) -> bool:
@@ -306,10 +311,14 @@ class Destination:
             link_tree(self.run.data, self.current.data, owner=self.run.root)
 
     def checkpoint_saved(self) -> None:
-        """The new run has a checkpoint: it may replace the old one."""
+        """The new run has a checkpoint: it may replace the old one; a resumed run's settings
+        replace its config.json (a resume stopped before then changes nothing)."""
         if self.staged:
             self.run.adopt(self.current)
             self.current = self.run
+        if self.settings is not None:
+            self.run.save_config(self.settings)
+            self.settings = None
 
     def discard(self) -> None:
         """Drops a staged run that never reached its first checkpoint."""

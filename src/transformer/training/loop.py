@@ -169,7 +169,7 @@ def _prepare_and_run(
             remove_tree(run.scratch, owner=run.root)  # a half-made training set
             raise
         saved = resume_point(run.checkpoints) if resume else None
-        out = run.destination(resume)
+        out = run.destination(resume, data.config.to_dict())
         try:
             if resume:
                 run.adopt_data(run.scratch)  # a training set made again for this run
