@@ -385,6 +385,11 @@ def test_the_model_directorys_own_config_gives_the_search_and_never_the_sizes(
     assert engine.decode != before.decode
     alone = load_torch_engine(engine.path)  # the checkpoint folder: its own decode
     assert alone.decode == before.decode
+    code, out, err = cli(["average", str(model), "--last", "2"], capsys)  # carries the search
+    assert code == 0, err
+    averaged = json.loads((model / "checkpoints" / "average_last2" / "config.json").read_text())
+    assert (averaged["decode"]["beam_size"], averaged["decode"]["nbest"]) == (3, 2)
+    assert averaged["model"] == json.loads((engine.path / "config.json").read_text())["model"]
     # a directory's config without those sections: the checkpoint's, without a word
     del config["decode"], config["model"]
     (model / "config.json").write_text(json.dumps(config))

@@ -385,4 +385,5 @@ def average_last(model_dir: Path, last: int) -> Path:
     with torch.no_grad():
         for name, param in loaded.model.named_parameters():
             param.copy_(averaged[name])
-    return save_checkpoint(checkpoints, out.name, loaded.model, loaded.config, None)
+    config = directory_settings(model_dir, chosen[-1], loaded.config)  # the run's search
+    return save_checkpoint(checkpoints, out.name, loaded.model, config, None)
