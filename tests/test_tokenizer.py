@@ -1,7 +1,9 @@
 """SentencePiece tokenizers: fixed special ids, round trips, save/load, joint vs separate."""
 
 import io
+import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import sentencepiece as spm
@@ -12,7 +14,7 @@ from transformer.data.tokenizer import Tokenizer, Tokenizers
 from transformer.errors import UserError
 from transformer.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-from helpers import SHARED_DATA
+from helpers import SHARED_DATA, cli_process
 
 ENGLISH = [
     "the cat sat on the mat.",
@@ -170,3 +172,15 @@ def test_joint_bpe_8000_on_multi30k():
     for de, en in read_parallel(folder / "val.de.gz", folder / "val.en.gz")[:100]:
         assert tokenizers.src.decode(tokenizers.src.encode(de)) == " ".join(de.split())
         assert tokenizers.tgt.decode(tokenizers.tgt.encode(en)) == " ".join(en.split())
+
+
+def test_an_empty_tokenizer_file_is_one_line(numbers_model, tmp_path):
+    """SentencePiece takes no bytes as no model at all: a model directory whose tokenizer file
+    was empty printed three lines of SentencePiece's log on stderr above the error."""
+    model = Path(shutil.copytree(numbers_model, tmp_path / "M", ignore=shutil.ignore_patterns(
+        "data", ".lock", "trainer.pt")))  # fmt: skip
+    (empty,) = list((model / "tokenizer").glob("*.model"))[:1]
+    empty.write_bytes(b"")
+    result = cli_process("translate", str(model), stdin="twelve\n")
+    assert result.code == 2 and len(result.stderr) == 1, result
+    assert f"{empty.name}: empty, not a SentencePiece model" in result.stderr[0], result

@@ -48,6 +48,8 @@ class Tokenizer:
     """
 
     def __init__(self, model: bytes, name: str = "SentencePiece model") -> None:
+        if not model:  # SentencePiece takes no bytes as no model, and logs to stderr when asked
+            raise UserError(f"{name}: empty, not a SentencePiece model")
         try:
             self.processor = spm.SentencePieceProcessor(model_proto=model)
         except RuntimeError:
