@@ -433,6 +433,28 @@ def test_evaluate_writes_its_hypotheses_beside_the_source(home):
     assert snapshot(home / "M") == model
 
 
+def test_evaluate_never_replaces_a_users_file_at_its_default_place(home, monkeypatch):
+    """``SRC.hyp`` (or ``MODEL.test.hyp``) that evaluate did not write, such as another
+    system's hypotheses, was silently replaced; now it is refused before any work, and only
+    what evaluate wrote there, unchanged, is replaced by the next evaluate."""
+    args = ["evaluate", str(home / "M"), "--src", str(home / "in.txt"), "--ref",
+            str(home / "ref.txt"), "--beam_size", "1"]  # fmt: skip
+    hyp = home / "in.txt.hyp"
+    hyp.write_text("another system's line 1\nanother system's line 2\n")
+    refused(home, args, f"{hyp} exists", "evaluate did not write it", f"--output {hyp}")
+    hyp.unlink()
+    assert cli(*args).code == 0  # evaluate's own: recorded beside it ...
+    ours = hyp.read_text()
+    assert cli(*args).code == 0 and hyp.read_text() == ours  # ... and replaced the next time
+    hyp.write_text(ours + "a line the user added\n")  # changed since: the user's now
+    refused(home, args, f"{hyp} exists", "or it changed since")
+    assert cli(*args, "--output", str(hyp)).code == 0  # named: replaced, and recorded again
+    assert hyp.read_text() == ours and cli(*args).code == 0
+    monkeypatch.chdir(home)  # the run's test split: MODEL.test.hyp in the current folder
+    (home / "M.test.hyp").write_text("mine\n")
+    refused(home, ["evaluate", str(home / "M")], "M.test.hyp exists")
+
+
 # --------------------------------------------------------- D8: thread counts; info's sizes
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["torch", "ctranslate2"])

@@ -122,12 +122,13 @@ def evaluate_options(p: ArgumentParser) -> None:
 
 def evaluate_command(ns: argparse.Namespace, given: dict[str, dict]) -> None:
     from ..inference.engine import load_engine
-    from ..inference.jobs import evaluate, hypotheses_path
+    from ..inference.jobs import evaluate, hypotheses_path, remember_made
 
     output = hypotheses_path(ns.output, ns.src, ns.ref, ns.model_dir)
     engine = load_engine(ns.model_dir, ns.engine, ns.checkpoint, runtime_of(given),
                          **given.get("decode", {}))  # fmt: skip
     found = evaluate(engine, ns.src, ns.ref, output, ns.lowercase)
+    remember_made(output, default=ns.output is None)  # replaced next time while unchanged
     if found.truncated:
         print(f"warning: {found.truncated} source lines were truncated", file=sys.stderr)
     print("\n".join(found.lines()))

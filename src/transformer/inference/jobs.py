@@ -7,11 +7,14 @@ standard input or output is a one-line error, and outputs appear complete or not
 (``files.atomic_write``). Input lines are translated in chunks (bounded memory) and stay
 aligned with the output lines; n-best lists come out Moses-style, word alignments after ``|||``
 in Pharaoh format. ``evaluate`` writes its hypotheses beside ``--src`` (the run's test split:
-``MODEL.test.hyp`` in the current folder), never into the model's folder.
+``MODEL.test.hyp`` in the current folder), never into the model's folder, and replaces a file
+at that default place only while it holds what an earlier evaluate wrote there (its SHA-256,
+recorded beside it): a file of the user's of that name is refused, not replaced.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -24,8 +27,9 @@ from ..config import DecodeConfig
 from ..data.corpora import load_splits
 from ..data.readers import decoded_lines, read_lines, read_parallel
 from ..errors import UserError
-from ..files import STDOUT, atomic_write, check_output
+from ..files import STDOUT, atomic_write, check_output, write_json_atomic
 from ..model_dir.layout import model_dir_of
+from ..reading import read_json
 from .alignment import pharaoh
 from .engine import Engine
 from .evaluate import (
@@ -191,9 +195,51 @@ def hypotheses_path(output: str | None, src: str | None, ref: str | None, model_
     name = Path(model_dir).resolve().name
     default = Path(f"{src}.hyp") if src is not None else Path(f"{name}.test.hyp")
     try:
-        return check_output(default, "--output", reads) or default
+        checked = check_output(default, "--output", reads) or default
     except UserError as error:
         raise UserError(f"{error} (the hypotheses' default place; give --output)") from None
+    if (default.exists() or default.is_symlink()) and not made_by_evaluate(default):
+        raise UserError(f"{default} exists, and evaluate did not write it there (or it changed "
+                        "since): nothing is replaced at the hypotheses' default place; give "
+                        f"--output {default} to replace it, or another file")  # fmt: skip
+    return checked
+
+
+def _made_record(hypotheses: Path) -> Path:
+    """Where evaluate records the hypotheses it wrote at their default place: beside them,
+    hidden, ``.NAME.transformer-made``, their SHA-256."""
+    return hypotheses.with_name(f".{hypotheses.name}.transformer-made")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(partial(f.read, 1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def made_by_evaluate(hypotheses: Path) -> bool:
+    """Whether ``hypotheses`` (a default place) holds what evaluate wrote there, unchanged: a
+    file of the user's of that name (another system's output, say) is never replaced."""
+    record = _made_record(hypotheses)
+    if hypotheses.is_symlink() or not hypotheses.is_file() or not record.is_file():
+        return False
+    try:
+        return read_json(record).get("sha256") == _sha256(hypotheses)
+    except UserError:  # a damaged record: not known to be evaluate's
+        return False
+
+
+def remember_made(hypotheses: Path, default: bool) -> None:
+    """Records that evaluate wrote ``hypotheses`` (``made_by_evaluate``), so that the next
+    evaluate may replace them at their default place while they are unchanged: where they are
+    at the default place (``default``), or were before (an earlier record, now out of date)."""
+    if default or _made_record(hypotheses).is_file():
+        write_json_atomic(
+            _made_record(hypotheses),
+            {"sha256": _sha256(hypotheses), "written_by": "transformer evaluate"},
+        )
 
 
 def _printer(stream: IO[str], flush: bool) -> Callable[[str], None]:
