@@ -411,9 +411,27 @@ def test_an_unknown_config_lists_the_built_in_ones(tmp_path):
 
 
 def test_the_demo_refuses_to_replace_another_kind_of_run(run):
+    (run / "transformer-run.json").write_text('{"kind": "run"}')  # not saying who made it
     values = json.loads((run / "config.json").read_text())
     values["data"]["corpus"] = "multi30k"
     (run / "config.json").write_text(json.dumps(values))
     before = snapshot(run)
     one_line_error(cli("demo", "--out", str(run)), 2, "not a demo run", "choose another --out")
     assert snapshot(run) == before
+
+
+def test_the_demo_never_replaces_a_run_that_train_made(run):
+    """``train --corpus numbers`` writes to the demo's folder (runs/numbers-en-fr) by default:
+    a training of the user's there, on the demo's corpus, was replaced by the next demo."""
+    from transformer.demo import _check_replaceable
+    from transformer.model_dir.runs import RunDir
+
+    assert json.loads((run / "transformer-run.json").read_text())["made_by"] == "train"
+    before = snapshot(run)
+    one_line_error(cli("demo", "--out", str(run)), 2, "`transformer train` made",
+                   "not the demo", "choose another --out")  # fmt: skip
+    assert snapshot(run) == before
+    (run / "transformer-run.json").write_text('{"kind": "run", "made_by": "demo"}')
+    _check_replaceable(RunDir(run), "numbers")  # the demo's own: replaced
+    (run / "transformer-run.json").write_text('{"kind": "run"}')  # made before markers said
+    _check_replaceable(RunDir(run), "numbers")  # on its corpus: replaced, as before

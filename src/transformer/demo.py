@@ -110,7 +110,7 @@ def run_demo(
     print(f"Training the built-in task ({demo.task}) into {out_dir},")
     device = resolve_device(config.runtime.device)
     print(f"from scratch, for at most {minutes:g} minutes on this machine ({device.type}).")
-    result = train(config, out_dir, overwrite=True, progress=progress)
+    result = train(config, out_dir, overwrite=True, progress=progress, made_by="demo")
 
     best = load_torch_engine(out_dir, "best", config.runtime)
     model, tokenizers, decode = best.model, best.tokenizers, best.decode
@@ -153,9 +153,18 @@ def _report(
 
 
 def _check_replaceable(run: RunDir, corpus: str | None) -> None:
-    """Only an earlier demo run on the same corpus may be replaced by the demo."""
+    """Only an earlier demo run on the same corpus may be replaced by the demo: its marker says
+    the demo made it (a run's marker from before markers said so: its corpus is the demo's).
+    ``train --corpus numbers`` writes to the demo's folder by default, and a long training of
+    the user's there was replaced by the next ``make demo``."""
     if not run.has_run():
         return
+    made_by = run.made_by()
+    if made_by not in (None, "demo"):
+        raise UserError(
+            f"{run.root} holds a run that `transformer {made_by}` made, not the demo; the demo "
+            "replaces only its own runs: choose another --out (or move that run)"
+        )
     try:
         saved = run.saved_config().data.corpus
     except UserError:

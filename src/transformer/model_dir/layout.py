@@ -13,7 +13,8 @@
 
 Every folder a command makes says what it is with a marker file, ``transformer-KIND.json``:
 
-    run      ``train`` (its entries are replaced one by one, never the folder: runs.py)
+    run      ``train`` or ``demo`` (its marker says which: ``made_by``; its entries are replaced
+             one by one, never the folder: runs.py)
     export   ``export``, any format              replaced whole by the next export into it
     import   ``import`` (another toolkit's model) replaced whole by the next import into it
     report   ``compare``, ``attention``          replaced whole by the next report into it

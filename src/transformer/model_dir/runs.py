@@ -273,10 +273,20 @@ class RunDir:
                 log.warning(f"finished what an interrupted save or prune left in "
                             f"{self.checkpoints}: {'; '.join(said)}")  # fmt: skip
 
-    def mark(self) -> None:
-        """Makes this folder a run (its marker): written before any of the run's entries, so
-        that a start interrupted half-way leaves a run that ``--overwrite`` may replace."""
-        mark_folder(self.root, "run")
+    def mark(self, made_by: str = "train") -> None:
+        """Makes this folder a run (its marker, which says which command made it: ``train``, or
+        ``demo``, which replaces only its own runs): written before any of the run's entries,
+        so that a start interrupted half-way leaves a run that ``--overwrite`` may replace."""
+        mark_folder(self.root, "run", made_by=made_by)
+
+    def made_by(self) -> str | None:
+        """The command that made this run, as its marker says (None: a run made before markers
+        said, or a damaged marker)."""
+        try:
+            made = reading.read_json(self.root / layout.marker_name("run")).get("made_by")
+        except UserError:
+            return None
+        return made if isinstance(made, str) else None
 
     def save_config(self, values: dict) -> None:
         write_json_atomic(self.config, values, owner=self.root)

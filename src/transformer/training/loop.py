@@ -104,6 +104,7 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
+    made_by: str = "train",
 ) -> TrainResult:
     """Trains a model into ``out_dir`` (a run's folder: ``model_dir/runs.py``), in this process
     or, when started by torchrun, in several (distributed.py).
@@ -113,12 +114,12 @@ def train(
     one has its first checkpoint.
 
     Args:
-        config: the run's configuration; the model's vocabulary sizes are filled in from the
-            tokenizers trained here.
+        config: the run's configuration (vocabulary sizes: the tokenizers trained here).
         resume: continue from ``out_dir``'s newest intact checkpoint (from step 0 with the
             saved config and tokenizers if it stopped before its first checkpoint).
         overwrite: start afresh even if ``out_dir`` already holds a run (otherwise an error).
         progress: show a tqdm progress bar.
+        made_by: what a new run's marker says made it ("demo": a run the demo may replace).
     """
     if not isinstance(config, RunConfig):  # a dict stopped inside with an AttributeError
         raise TypeError(f"config must be a RunConfig (transformer.config.build_config makes one "
@@ -138,7 +139,7 @@ def train(
                                  resume, False, world, device))  # fmt: skip
         else:
             result = _prepare_and_run(config, RunDir(out_dir), resume, overwrite, progress, world,
-                                      device)  # fmt: skip
+                                      device, made_by)  # fmt: skip
         world.barrier()  # all leave together, after rank 0's last write: no half-closed links
         return result
     except (PeerLost, torch.distributed.DistError) as error:
@@ -156,7 +157,7 @@ def train(
 
 def _prepare_and_run(
     config: RunConfig, run: RunDir, resume: bool, overwrite: bool, progress: bool,
-    world: World, device: torch.device,
+    world: World, device: torch.device, made_by: str,
 ) -> TrainResult:  # fmt: skip
     """Rank 0: under the run's lock, validate and prepare everything, then train."""
     check_replaceable(run.root, "run")  # before the lock file: OUT may lie inside another run
@@ -174,7 +175,7 @@ def _prepare_and_run(
             if resume:
                 run.adopt_data(run.scratch)  # a training set made again for this run
             else:
-                save(data, out, run.scratch)
+                save(data, out, run.scratch, made_by)
             world.broadcast((data.config, out.current.root, saved[0] if saved else None))
             return run_job(Job(data, out, saved, resume, progress, world, device))
         finally:

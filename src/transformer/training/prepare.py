@@ -253,12 +253,13 @@ def _say_what_was_left_out(stats: dict, config: RunConfig, max_len: int, resume:
         )
 
 
-def save(prepared: Prepared, out: Destination, scratch: Path) -> None:
-    """Writes the tokenizers and the completed config into the folder the run is written in
-    (``out.current``), and puts the binarized training set there (``Destination.take_data``:
-    from ``scratch``, where its memory maps stay valid, or the old run's, reused)."""
+def save(prepared: Prepared, out: Destination, scratch: Path, made_by: str = "train") -> None:
+    """Writes the marker (``made_by``: the command that made the run), the tokenizers and the
+    completed config into the folder the run is written in (``out.current``), and puts the
+    binarized training set there (``Destination.take_data``: from ``scratch``, where its memory
+    maps stay valid, or the old run's, reused)."""
     run = out.current
-    run.mark()
+    run.mark(made_by)
     prepared.tokenizers.save(run.root)
     out.take_data(scratch)
     run.save_config(prepared.config.to_dict())
