@@ -429,8 +429,11 @@ def test_the_demo_never_replaces_a_run_that_train_made(run):
     assert json.loads((run / "transformer-run.json").read_text())["made_by"] == "train"
     before = snapshot(run)
     one_line_error(cli("demo", "--out", str(run)), 2, "`transformer train` made",
-                   "not the demo", "choose another --out")  # fmt: skip
+                   "not a demo run", "choose another --out")  # fmt: skip
     assert snapshot(run) == before
+    (run / "transformer-run.json").write_text('{"kind": "run", "made_by": "' + "x" * 999 + '"}')
+    line = one_line_error(cli("demo", "--out", str(run)), 2, "the demo did not make")
+    assert "xxx" not in line  # the marker's words are not repeated
     (run / "transformer-run.json").write_text('{"kind": "run", "made_by": "demo"}')
     _check_replaceable(RunDir(run), "numbers")  # the demo's own: replaced
     (run / "transformer-run.json").write_text('{"kind": "run"}')  # made before markers said

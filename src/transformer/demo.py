@@ -161,8 +161,9 @@ def _check_replaceable(run: RunDir, corpus: str | None) -> None:
         return
     made_by = run.made_by()
     if made_by not in (None, "demo"):
+        maker = "`transformer train` made" if made_by == "train" else "the demo did not make"
         raise UserError(
-            f"{run.root} holds a run that `transformer {made_by}` made, not the demo; the demo "
+            f"{run.root} holds a run that {maker}, not a demo run; the demo "
             "replaces only its own runs: choose another --out (or move that run)"
         )
     try:
