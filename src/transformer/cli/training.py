@@ -87,8 +87,8 @@ def demo_options(p: ArgumentParser) -> None:
     p.add_argument("--corpus", default="numbers", choices=list(DEMOS),
                    help="numbers: en->fr number words, 4 minutes; tatoeba-fr-en: French to "
                    "English everyday sentences, 60 minutes")  # fmt: skip
-    p.add_argument("--out", default=None, help="model directory (a demo run of the same corpus "
-                   "there is replaced; any other run is refused; default: runs/numbers-en-fr or "
+    p.add_argument("--out", default=None, help="model directory (a run the demo made there "
+                   "is replaced; any other run is refused; default: runs/numbers-en-fr or "
                    "runs/fr-en)")  # fmt: skip
     p.add_argument("--data_dir", default=None, help="a local copy of the corpus (tatoeba-fr-en: "
                    "the folder holding tatoeba/fra-eng.zip); default: download it")  # fmt: skip

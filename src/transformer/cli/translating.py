@@ -116,7 +116,8 @@ def evaluate_options(p: ArgumentParser) -> None:
     p.add_argument("--src", help="source sentences, one per line (default: the run's test split)")
     p.add_argument("--ref", help="reference translations, line-aligned with --src")
     p.add_argument("--output", "-o", help="where to write the hypotheses (default: SRC.hyp "
-                   "beside --src; for the run's test split MODEL.test.hyp here)")  # fmt: skip
+                   "beside --src; for the run's test split MODEL.test.hyp here; a file there "
+                   "that evaluate did not write is refused, not replaced)")  # fmt: skip
     p.add_argument("--lowercase", action="store_true", help="also report lowercased BLEU")
 
 

@@ -14,7 +14,6 @@ recorded beside it): a file of the user's of that name is refused, not replaced.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -25,6 +24,7 @@ from typing import IO
 
 from ..config import DecodeConfig
 from ..data.corpora import load_splits
+from ..data.download import sha256_of
 from ..data.readers import decoded_lines, read_lines, read_parallel
 from ..errors import UserError
 from ..files import STDOUT, atomic_write, check_output, write_json_atomic
@@ -211,14 +211,6 @@ def _made_record(hypotheses: Path) -> Path:
     return hypotheses.with_name(f".{hypotheses.name}.transformer-made")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(partial(f.read, 1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def made_by_evaluate(hypotheses: Path) -> bool:
     """Whether ``hypotheses`` (a default place) holds what evaluate wrote there, unchanged: a
     file of the user's of that name (another system's output, say) is never replaced."""
@@ -226,7 +218,7 @@ def made_by_evaluate(hypotheses: Path) -> bool:
     if hypotheses.is_symlink() or not hypotheses.is_file() or not record.is_file():
         return False
     try:
-        return read_json(record).get("sha256") == _sha256(hypotheses)
+        return read_json(record).get("sha256") == sha256_of(hypotheses)
     except UserError:  # a damaged record: not known to be evaluate's
         return False
 
@@ -235,11 +227,10 @@ def remember_made(hypotheses: Path, default: bool) -> None:
     """Records that evaluate wrote ``hypotheses`` (``made_by_evaluate``), so that the next
     evaluate may replace them at their default place while they are unchanged: where they are
     at the default place (``default``), or were before (an earlier record, now out of date)."""
-    if default or _made_record(hypotheses).is_file():
-        write_json_atomic(
-            _made_record(hypotheses),
-            {"sha256": _sha256(hypotheses), "written_by": "transformer evaluate"},
-        )
+    record = _made_record(hypotheses)
+    if default or record.is_file():
+        write_json_atomic(record, {"sha256": sha256_of(hypotheses),
+                                   "written_by": "transformer evaluate"})  # fmt: skip
 
 
 def _printer(stream: IO[str], flush: bool) -> Callable[[str], None]:
