@@ -76,7 +76,8 @@ def marian_runner(
     def run(sentences: list[list[int]]) -> list[list[int]]:
         order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
         found: dict[int, list[int]] = {}
-        for rows in [order[i : i + 64] for i in range(0, len(order), 64)]:
+        size = decode.batch_size or 64
+        for rows in [order[i : i + size] for i in range(0, len(order), size)]:
             width = max(len(sentences[i]) for i in rows)
             ids = pad([sentences[i] for i in rows], device)  # (B, S)
             limit = steps + 1 if fixed else math.floor(decode.max_len_a * width + decode.max_len_b)

@@ -34,7 +34,9 @@ Settings (both in one run when ``--model`` is given):
   ours, whose search forces EOS at the limit while EOS is held back; ``min = max = 26`` new
   tokens for CTranslate2 and Marian), so every engine does the same work;
 - ``run``: a trained model directory on its own test split (``--limit`` sentences), natural
-  lengths, with each engine's BLEU.
+  lengths, in batches of the size ``transformer translate`` uses for the model and the search
+  (``decode.batch_size``; 0: ``DecodeConfig.sentences_per_batch``), or ``--batch``, with each
+  engine's BLEU.
 
 Timing on a shared machine. Each row runs in a fresh process on ``--threads`` threads: a warm-up
 on 8 sentences, then one timed pass over all of them. The rows are measured in ``--rounds``
@@ -185,8 +187,11 @@ def _decode(args: argparse.Namespace, beam: int) -> DecodeConfig:
         return DecodeConfig(beam_size=beam, max_len_a=0.0, max_len_b=STEPS, batch_size=64)
     # The saved config only: loading the weights runs torch on several threads, which slows
     # CTranslate2's threads in the same process (export/engine.py, _torch_on_one_thread).
-    saved = read_config(resolve_checkpoint(Path(args.model))).decode
-    return saved.with_search(beam_size=beam, batch_size=64)
+    # Batches of the model's own size, as `transformer translate` cuts them (decode.batch_size,
+    # or DecodeConfig.sentences_per_batch's for the search), the same for every engine.
+    # ``--batch``: that many instead, for every engine.
+    saved = read_config(resolve_checkpoint(Path(args.model)))
+    return saved.decode.with_search(beam_size=beam, batch_size=args.batch).sized_for(saved.model)
 
 
 def engine_model(args: argparse.Namespace, device: torch.device) -> Transformer:
@@ -245,7 +250,7 @@ def _ct2_runner(args: argparse.Namespace, decode: DecodeConfig):
     if args.setting == "run":
         runtime = RuntimeConfig(device=args.device, threads=args.threads)
         engine = load_ctranslate2(
-            folder, runtime=runtime, beam_size=decode.beam_size, batch_size=64
+            folder, runtime=runtime, beam_size=decode.beam_size, batch_size=decode.batch_size
         )
         engine = replace(engine, patience=patience)  # its options again, with this patience
         return lambda sentences: [h[0].tokens for h in engine.search_ids(sentences)]
@@ -351,7 +356,7 @@ def measure(args: argparse.Namespace, bench: Path, engines: list[str]) -> tuple[
 
 
 def table(args: argparse.Namespace, rows: list[dict], probes: list, references: list) -> list:
-    """The markdown lines of one setting: the table, then the ratios the issue asks for."""
+    """The markdown lines of one setting: the table, then the ratios against their targets."""
     tgt = None
     if references:
         from transformer.data.tokenizer import Tokenizers
@@ -359,7 +364,9 @@ def table(args: argparse.Namespace, rows: list[dict], probes: list, references: 
         tgt = Tokenizers.load(args.model, read_config(Path(args.model)).model.vocab_sizes).tgt
     c = fixed_config(args)
     name = f"`{args.size}` size" if args.size else f"`{args.preset}` preset"
-    what = (f"`{args.model}`, its test split ({len(references)} sentences), natural lengths"
+    sizes = " / ".join(str(_decode(args, beam).batch_size) for beam in SEARCHES.values())
+    what = (f"`{args.model}`, its test split ({len(references)} sentences), natural lengths, "
+            f"{sizes} sentences a batch ({' / '.join(SEARCHES)})"
             if tgt else f"{name} (d_model {c.d_model}, {c.n_encoder_layers} + "
             f"{c.n_decoder_layers} layers, d_ff {c.d_ff}, {c.activation}, vocab "
             f"{c.tgt_vocab_size}), random weights, "
@@ -412,6 +419,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="also the `run` setting: a trained model directory")
     parser.add_argument("--limit", type=int, default=1000, help="run: test sentences")
+    parser.add_argument("--batch", type=int, default=0, help="run: sentences a batch, every "
+                        "engine (0: as `transformer translate` cuts them)")  # fmt: skip
     parser.add_argument("--settings", help="fixed,run or one of them (default: both with --model)")
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--threads", default="2", help="CPU threads, or a list: 2,1")

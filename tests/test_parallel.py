@@ -63,6 +63,12 @@ def test_sentences_per_batch_follow_the_cost_of_a_step_unless_given():
         (model(32, 64, 40, architecture="rnn"), 64),  # an RNN: 64
     ]
     assert [auto.sentences_per_batch(m) for m, _ in cases] == [n for _, n in cases]
+    # one row per sentence (greedy search, one sample): twice as many, at most 256
+    greedy = [DecodeConfig(beam_size=1), DecodeConfig(sampling=True, nbest=1)]
+    one_row = [128, 64, 256, 256, 128, 64]  # 64 · 2 · 4,800,512 / 4,784,128 = 128.4
+    for search in greedy:
+        assert [search.sentences_per_batch(m) for m, _ in cases] == one_row
+    assert DecodeConfig(sampling=True, nbest=4).sentences_per_batch(cases[0][0]) == 64
     assert DecodeConfig(batch_size=7).sentences_per_batch(model(128, 512, 227)) == 7
     assert auto.sized_for(model(128, 512, 227)).batch_size == 256
     with pytest.raises(ValueError, match="sized_for"):

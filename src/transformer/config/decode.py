@@ -19,7 +19,8 @@ LONGEST = 65_536
 # How word alignments are found (inference/alignment.py).
 ALIGNMENT_METHODS = ("auto", "attention", "masking")
 # One row's decoding step (ModelConfig.step_products) of the Multi30k model, d_model 256, 3
-# decoder layers, 8,000 words: 4,800,512 multiply-adds. 64 sentences a batch were fastest there.
+# decoder layers, 8,000 words: 4,800,512 multiply-adds. Batches of 64 sentences there for beam
+# search, of 128 for a search of one row per sentence (docs/speed.md).
 REFERENCE_STEP = ModelConfig.preset("small", tgt_vocab_size=8000).step_products()
 
 
@@ -69,9 +70,9 @@ class DecodeConfig:
     target word's log-probability: one more pass per source word; torch engine only) or auto
     (masking to put tags back with the torch engine, attention otherwise)."""
     batch_size: int = ranged(0, 0, LONGEST)
-    """Sentences per batch; 0: as suits the model, 64, or up to 256 for a Transformer whose
-    decoding steps cost less than a d_model 256 one's with 3 layers and 8,000 words; in [0,
-    65536]."""
+    """Sentences per batch; 0: as suits the model and the search, 64, or up to 256 for a
+    Transformer whose decoding steps cost less than a d_model 256 one's with 3 layers and 8,000
+    words (128 for that one with greedy search); in [0, 65536]."""
     max_source_tokens: int = ranged(8192, 1, 1 << 24)
     """Source tokens per batch, padding included; in [1, 16777216]."""
     target_language: str = ""
@@ -97,22 +98,26 @@ class DecodeConfig:
             )
 
     def sentences_per_batch(self, model: ModelConfig) -> int:
-        """``batch_size``, or with 0 what suits ``model``: 64 sentences, and for a Transformer
-        whose decoding step costs a row less than the Multi30k model's (``REFERENCE_STEP``),
-        64 times as many as it costs less, at most 256.
+        """``batch_size``, or with 0 what suits ``model`` and the search: for a Transformer,
+        64 sentences times as many as its decoding step costs a row less than the Multi30k
+        model's (``REFERENCE_STEP``), and twice that for a search of one row per sentence
+        (greedy search, one sample), at least 64 and at most 256; for an RNN, 64.
 
         A decoder step has a fixed cost (the Python and the operator calls around its matrix
         products) and products that cost in proportion to the rows. A small model's step is
         mostly that fixed cost at 64 rows, so more sentences share each step: the demo's model
         (d_model 128, 227 words) translates 3,000 numbers 1.3x faster greedy and 1.1-1.2x beam
-        4 in batches of 256 than of 64, while the Multi30k model is fastest at 64
-        (docs/speed.md). A wide vocabulary makes a step costly, and its logits big: such a
-        model keeps 64."""
+        4 in batches of 256 than of 64. A beam search's step has K rows a sentence; greedy
+        search's one, so it gains from more: the Multi30k model translates test2016 greedy
+        1.1-1.45x faster in batches of 128 than of 64 on 2 threads, where beam 4 gains at most
+        1.09x for 200-250 MB more memory and keeps 64 (docs/speed.md). A wide
+        vocabulary makes a step costly, and its logits big: such a model keeps 64."""
         if self.batch_size:
             return self.batch_size
         if model.architecture != "transformer":
             return 64
-        return min(256, max(64, round(64 * REFERENCE_STEP / model.step_products())))
+        per_row = 2 if self.rows == 1 else 1
+        return min(256, max(64, round(64 * per_row * REFERENCE_STEP / model.step_products())))
 
     def sized_for(self, model: ModelConfig) -> DecodeConfig:
         """This config with ``batch_size`` set to ``sentences_per_batch(model)``."""
