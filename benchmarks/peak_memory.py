@@ -5,11 +5,15 @@ of another checkout on the same machine.
         --input test_2016_flickr.de --rounds 3 [--old /tmp/old/src --old-model DIR]
 
 Each row is a fresh process: it imports torch and the package, then loads the model with
-``load_engine`` (``batch_size`` 64, 2 threads), translates the first 64 sentences (start-up
-work), then all of them. Peak memory is the process's peak resident memory (VmHWM) above its
-resident memory before the model was loaded: the model, its packed copies and every search.
+``load_engine`` (2 threads; the model's own sentences a batch, as
+``DecodeConfig.sentences_per_batch`` gives them, 64 for the other checkout), translates the
+first 64 sentences (start-up work), then all of them. Peak memory is the process's peak
+resident memory (VmHWM) above its resident memory before the model was loaded: the model, its
+packed copies and every search.
 The variants:
 - *default*: what ``transformer translate`` runs (two batches at once, packed layers);
+- *64 sentences a batch*: ``--decode.batch_size 64`` (greedy search's default is 128 for the
+  Multi30k model);
 - *one batch*: ``--runtime.inter_threads 1``;
 - *one batch, unpacked*: ``--runtime.inter_threads 1 --runtime.pack_weights false``;
 - the same with ``TRANSFORMER_CPU_PRODUCTS=mkl`` (PyTorch's own float32 products);
@@ -67,8 +71,11 @@ if sample:
 lines = Path(text).read_text().splitlines()
 torch.set_num_threads(2)
 base, base_heap = rss(), heap() if sample else None
+# this code: the model's own batches unless the variant sets some; the other checkout: 64
+batch = runtime.pop("batch_size", 0) if runtime is not None else 64
 kwargs = {"runtime": RuntimeConfig(threads=2, **runtime)} if runtime is not None else {}
-engine = load_engine(model, "torch", beam_size=beam, batch_size=64, **kwargs)
+kwargs |= {"batch_size": batch} if batch else {}
+engine = load_engine(model, "torch", beam_size=beam, **kwargs)
 engine.translate(lines[:64])
 samples, running = [], True
 
@@ -95,6 +102,7 @@ print(json.dumps(row))
 # name -> (runtime fields, or None for the other checkout's defaults; environment)
 VARIANTS = {
     "default": ({}, {}),
+    "64 sentences a batch": ({"batch_size": 64}, {}),
     "one batch": ({"inter_threads": 1}, {}),
     "one batch, unpacked": ({"inter_threads": 1, "pack_weights": False}, {}),
     "one batch, unpacked, MKL products": (
