@@ -24,10 +24,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
-from speed_tables import publish, sentences
+from speed_tables import diagnostic_arguments, publish, sentences
 
 from transformer.config import RuntimeConfig
 from transformer.inference.engine import load_torch_engine
@@ -62,16 +61,9 @@ def timed_beside(search: Callable[[], object], other: Callable[[threading.Event]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=Path("runs/numbers-en-fr"))
-    parser.add_argument("--input", type=Path, help="sentences, one a line (.gz too); "
-                        "default: the demo's 3,000 numbers")  # fmt: skip
-    parser.add_argument("--limit", type=int, default=0, help="the first N sentences (0: all)")
-    parser.add_argument("--beam", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--markdown", type=Path, help="also write the table here")
+    diagnostic_arguments(parser)
     args = parser.parse_args()
     lines = sentences(args)
-    lines = lines[: args.limit] if args.limit else lines
     torch.set_num_threads(1)
     runtime = RuntimeConfig(device="cpu", threads=1, inter_threads=1)
     engine = load_torch_engine(args.model, runtime=runtime, beam_size=args.beam)

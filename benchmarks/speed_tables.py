@@ -58,10 +58,23 @@ def demo_numbers(demo: Path) -> list[str]:
     return [source for source, _ in number_pairs(config.data, numbers)]
 
 
+def diagnostic_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments a diagnostic script shares: the model, its sentences (``sentences``), the
+    search, the rounds and where the table goes."""
+    parser.add_argument("--model", type=Path, default=Path("runs/numbers-en-fr"))
+    parser.add_argument("--input", type=Path, help="sentences, one a line (.gz too); "
+                        "default: the demo's 3,000 numbers")  # fmt: skip
+    parser.add_argument("--limit", type=int, default=0, help="the first N sentences (0: all)")
+    parser.add_argument("--beam", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--markdown", type=Path, help="also write the table here")
+
+
 def sentences(args: argparse.Namespace) -> list[str]:
     """A diagnostic script's sentences: ``--input`` (one a line, .gz too) or the demo's 3,000
-    numbers for ``--model``."""
-    return read_lines(args.input) if args.input else demo_numbers(args.model)
+    numbers for ``--model``, the first ``--limit`` of them (0: all)."""
+    lines = read_lines(args.input) if args.input else demo_numbers(args.model)
+    return lines[: args.limit] if args.limit else lines
 
 
 def publish(table: str, markdown: Path | None) -> None:

@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from speed_tables import publish, sentences
+from speed_tables import diagnostic_arguments, publish, sentences
 
 CHILD = """
 import json, sys, time
@@ -109,13 +109,8 @@ def run_at_once(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=Path("runs/numbers-en-fr"))
-    parser.add_argument("--input", type=Path, help="sentences, one a line (.gz too); "
-                        "default: the demo's 3,000 numbers")  # fmt: skip
-    parser.add_argument("--beam", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=3)
+    diagnostic_arguments(parser)
     parser.add_argument("--forked", action="store_true", help="also two forked processes")
-    parser.add_argument("--markdown", type=Path, help="also write the table here")
     args = parser.parse_args()
     lines = sentences(args)
     half = len(lines) // 2
