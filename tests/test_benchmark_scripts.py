@@ -131,7 +131,8 @@ def test_peak_memory_reports_the_heap_at_the_most_resident_sample(numbers_model,
            "1", "--beams", "1", "--heap", "--markdown", str(out))  # fmt: skip
     rows = [line for line in out.read_text().splitlines() if line.startswith("| greedy |")]
     assert [row.split(" | ")[1] for row in rows] == [
-        "default", "one batch", "one batch, unpacked", "one batch, unpacked, MKL products"
+        "default", "64 sentences a batch", "one batch", "one batch, unpacked",
+        "one batch, unpacked, MKL products",
     ]  # fmt: skip
     for row in rows:
         cells = row.strip("| ").split(" | ")
