@@ -4,6 +4,7 @@ as one batch at a time, the caller's autocast in every worker, torch's threads r
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -162,3 +163,42 @@ def test_a_failing_batch_stops_the_other_threads_taking_more(failing):
 def test_inter_threads_out_of_range_is_one_line(value):
     with pytest.raises(UserError, match="inter_threads"):
         prepare_runtime(RuntimeConfig(inter_threads=value))
+
+
+def test_teacher_forced_batches_are_never_doubled_for_greedy_search(numbers_model, monkeypatch):
+    """A greedy engine's search gets twice the sentences a batch, but scoring and alignments by
+    masking, which hold every position's logits at once and have no steps, keep the size of
+    the rule without it."""
+    from transformer.config import decode as decode_module
+    from transformer.inference import alignment, translation
+    from transformer.inference import engine as engine_module
+    from transformer.inference.engine import load_torch_engine
+
+    greedy = load_torch_engine(numbers_model, beam_size=1)
+    step = greedy.config.model.step_products()
+    monkeypatch.setattr(decode_module, "REFERENCE_STEP", step)  # this model: 64 by the rule
+    assert greedy.decode.sentences_per_batch(greedy.config.model) == 128
+    assert greedy.decode.sentences_per_batch(greedy.config.model, search=False) == 64
+    seen: dict[str, list[int]] = {"search": [], "score": [], "masking": []}
+    search, score = translation.search_batch, engine_module.score_ids
+    masking = alignment.attach_masking
+
+    def searched(model, src_ids, *args, **kwargs):
+        seen["search"].append(args[0].batch_size)  # the DecodeConfig
+        return search(model, src_ids, *args, **kwargs)
+
+    def scored(model, src, tgt, max_tokens, batch_size):
+        seen["score"].append(batch_size)
+        return score(model, src, tgt, max_tokens, batch_size)
+
+    def masked(model, ids, found, words, max_tokens, batch_size):
+        seen["masking"].append(batch_size)
+        return masking(model, ids, found, words, max_tokens, batch_size)
+
+    monkeypatch.setattr(translation, "search_batch", searched)
+    monkeypatch.setattr(engine_module, "score_ids", scored)
+    monkeypatch.setattr(translation, "attach_masking", masked)
+    greedy.translate(["twelve", "seven"])
+    greedy.score(["twelve"], ["douze"])
+    greedy.translate(["twelve"], replace(greedy.decode, alignment=True, alignment_method="masking"))
+    assert set(seen["search"]) == {128} and seen["score"] == [64] and seen["masking"] == [64]

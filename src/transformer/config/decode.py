@@ -97,11 +97,13 @@ class DecodeConfig:
                 f"({self.max_len_b})"
             )
 
-    def sentences_per_batch(self, model: ModelConfig) -> int:
+    def sentences_per_batch(self, model: ModelConfig, search: bool = True) -> int:
         """``batch_size``, or with 0 what suits ``model`` and the search: for a Transformer,
         64 sentences times as many as its decoding step costs a row less than the Multi30k
         model's (``REFERENCE_STEP``), and twice that for a search of one row per sentence
-        (greedy search, one sample), at least 64 and at most 256; for an RNN, 64.
+        (greedy search, one sample), at least 64 and at most 256; for an RNN, 64. ``search``
+        False: for teacher-forced batches (``score``, alignments by masking), which hold every
+        position's logits at once and have no steps: never twice.
 
         A decoder step has a fixed cost (the Python and the operator calls around its matrix
         products) and products that cost in proportion to the rows. A small model's step is
@@ -116,12 +118,12 @@ class DecodeConfig:
             return self.batch_size
         if model.architecture != "transformer":
             return 64
-        per_row = 2 if self.rows == 1 else 1
+        per_row = 2 if search and self.rows == 1 else 1
         return min(256, max(64, round(64 * per_row * REFERENCE_STEP / model.step_products())))
 
-    def sized_for(self, model: ModelConfig) -> DecodeConfig:
-        """This config with ``batch_size`` set to ``sentences_per_batch(model)``."""
-        size = self.sentences_per_batch(model)
+    def sized_for(self, model: ModelConfig, search: bool = True) -> DecodeConfig:
+        """This config with ``batch_size`` set to ``sentences_per_batch(model, search)``."""
+        size = self.sentences_per_batch(model, search)
         return self if size == self.batch_size else replace(self, batch_size=size)
 
     @property

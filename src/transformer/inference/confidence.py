@@ -54,7 +54,7 @@ def piece_log_probs(engine, sources: list[str], tokens: list[list[int]]) -> list
         returns per pair a list of len(tokens) + 1 floats.
     """
     limit = engine.config.model.max_positions
-    batch = engine.decode.sentences_per_batch(engine.config.model)
+    batch = engine.decode.sentences_per_batch(engine.config.model, search=False)
     src = []
     for text in sources:
         ids = encode_source(engine.tokenizers.src.encode(text))

@@ -177,7 +177,7 @@ class CTranslate2Engine:
         self, sources: list[str], targets: list[str], decode: DecodeConfig | None = None
     ) -> ScoreResult:
         """Each target's log-probability given its source, by CTranslate2's ``score_batch``."""
-        d = search_of(decode, self.decode).sized_for(self.config.model)
+        d = search_of(decode, self.decode).sized_for(self.config.model, search=False)
 
         def run(src: list[list[int]], tgt: list[list[int]]) -> list[float]:
             source = [[self._src_pieces[i] for i in ids] for ids in src]

@@ -88,7 +88,7 @@ class TorchEngine:
         outputs; ``stopped(i)``: nobody waits for sentence i any more, its search ends at the
         next step; ``glossary`` (a ``Glossary`` or (source, target) pairs): terms the outputs
         must contain (glossary.py)."""
-        d = search_of(decode, self.decode).sized_for(self.model.config)
+        d = search_of(decode, self.decode)  # its batches sized in ``translate``
         threads = decode_threads(self.runtime, next(self.model.parameters()).device)
         with self.precision():
             tokenizers = tokenizers_for(self.tokenizers, self.decode, d)
@@ -100,7 +100,7 @@ class TorchEngine:
     ) -> ScoreResult:
         """The model's log-probability of each target given its source (score.py);
         ``decode`` gives the length penalty and the batch limits."""
-        d = search_of(decode, self.decode).sized_for(self.model.config)
+        d = search_of(decode, self.decode).sized_for(self.model.config, search=False)
 
         def run(src: list[list[int]], tgt: list[list[int]]) -> list[float]:
             return score_ids(self.model, src, tgt, d.max_source_tokens, d.batch_size)

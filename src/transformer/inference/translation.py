@@ -232,6 +232,7 @@ def translate(
     ``prefixes``, one per sentence ("" for none), start the outputs; ``stopped(i)``: nobody
     waits for sentence i any more (its translation is cut short); ``glossary``: the target
     terms the outputs must contain (``glossary.py``); ``threads``: batches decoded at once."""
+    pairs = decode.sentences_per_batch(model.config, search=False)  # teacher-forced batches
     decode = decode.sized_for(model.config)
 
     def search_ids(
@@ -241,7 +242,7 @@ def translate(
         found = translate_ids(model, ids, decode, prefixes=prefix_ids, stopped=left, terms=terms,
                               threads=threads)  # fmt: skip
         if decode.alignment and decode.alignment_method == "masking":
-            attach_masking(model, ids, found, words, decode.max_source_tokens, decode.batch_size)
+            attach_masking(model, ids, found, words, decode.max_source_tokens, pairs)
         return found
 
     def words(source: list[int]) -> list[int | None]:
