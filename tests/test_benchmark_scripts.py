@@ -1,10 +1,13 @@
 """The benchmark scripts still run against the library as it is (they are run by hand, so a
 change to an API they call would otherwise show only when someone next measures)."""
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -139,3 +142,34 @@ def test_peak_memory_reports_the_heap_at_the_most_resident_sample(numbers_model,
         assert re.fullmatch(r"-?\d+--?\d+", cells[2]) and re.fullmatch(r"[\d.]+", cells[3])
         heap = cells[4].split(", ")
         assert len(heap) == 3 and all(re.fullmatch(r"-?\d+--?\d+", h) for h in heap), row
+
+
+@pytest.mark.parametrize("deadline", [580, 300])
+def test_the_one_gpu_call_fits_its_parts_in_its_deadline(tmp_path, deadline):
+    """benchmarks/gpu_one_call.sh runs on a lent GPU, whose device time counts the machine's
+    start too: every part's time limit scales with DEADLINE, and the longest of the parts run
+    side by side plus the timed parts run in turn fit in it. The parts are recorded by a stand-in
+    for gpu_checks.sh (and for python3, which installs the wheels)."""
+    bin_dir, out = tmp_path / "bin", tmp_path / "out"
+    bin_dir.mkdir(), out.mkdir()
+    log = tmp_path / "parts.txt"
+    stub = bin_dir / "checks.sh"
+    stub.write_text(f'#!/bin/sh\necho "$2 $PART_LIMIT" >> {log}\n')
+    (bin_dir / "python3").write_text("#!/bin/sh\nexit 0\n")
+    for script in (stub, bin_dir / "python3"):
+        script.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", OUT=str(out),
+               GPU_CHECKS=str(stub), DEADLINE=str(deadline),
+               RESULTS=str(tmp_path / "results"))  # fmt: skip
+    done = subprocess.run(["bash", str(BENCHMARKS / "gpu_one_call.sh")], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert "all ended at" in done.stdout, done.stdout + done.stderr
+    parts = [(name, int(limit)) for name, limit in map(str.split, log.read_text().splitlines())]
+    # five side by side (the warm-up compile is the first profile-compiled), four in turn, then
+    # speed-compiled in what the clock leaves
+    side_by_side, in_turn = dict(parts[:5]), parts[5:9]
+    assert set(side_by_side) == {"tests", "cli", "multi30k", "profile-compiled", "step-cost"}
+    assert [name for name, _ in in_turn] == ["speed", "profile-compiled", "decode", "profile"]
+    assert parts[9][0] == "speed-compiled" and len(parts) == 10, parts
+    used = max(side_by_side.values()) + sum(limit for _, limit in in_turn)
+    assert deadline * 0.9 <= used <= deadline, (used, parts)
