@@ -173,3 +173,7 @@ def test_the_one_gpu_call_fits_its_parts_in_its_deadline(tmp_path, deadline):
     assert parts[9][0] == "speed-compiled" and len(parts) == 10, parts
     used = max(side_by_side.values()) + sum(limit for _, limit in in_turn)
     assert deadline * 0.9 <= used <= deadline, (used, parts)
+    # when each part ended comes back with the results, for sizing the next call
+    ended = (tmp_path / "results" / "ended.txt").read_text()
+    for name in ("tests", "cli", "multi30k", "warm-up compile", "step-cost", "speed", "all"):
+        assert re.search(rf"^{name} ended at \d+ s$", ended, re.MULTILINE), ended
