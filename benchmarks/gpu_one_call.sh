@@ -26,17 +26,17 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
 R=${RESULTS:-/tmp/gpu-results}  # every log, packed into $OUT as each part ends
 mkdir -p "$R"
-ended() { echo "$1" | tee -a "$R/ended.txt"; }  # each part's end, in the results too
+ended() { echo "$1 ended at $((SECONDS - T0)) s" | tee -a "$R/ended.txt"; }  # also in the results
 pack() { tar -C "$R" --exclude="trace_*" -czf "$OUT/results.tar.gz" . 2>/dev/null; }
 { which g++ nvcc; nproc; python3 -c "import sys, torch; print(sys.version, torch.__version__)"; } \
     >"$R/env.txt" 2>&1
 export MULTI30K_RUN=/tmp/m30k PYTHONUNBUFFERED=1
 G=${GPU_CHECKS:-benchmarks/gpu_checks.sh}
-(PART_LIMIT=$(limit 230) $G "$R" tests >"$R/g_tests.out" 2>&1; ended "tests ended at $((SECONDS - T0)) s"; pack) &
-(PART_LIMIT=$(limit 170) $G "$R" cli >"$R/g_cli.out" 2>&1; ended "cli ended at $((SECONDS - T0)) s"; pack) &
+(PART_LIMIT=$(limit 230) $G "$R" tests >"$R/g_tests.out" 2>&1; ended "tests"; pack) &
+(PART_LIMIT=$(limit 170) $G "$R" cli >"$R/g_cli.out" 2>&1; ended "cli"; pack) &
 (
     PART_LIMIT=$(limit 220) $G "$R" multi30k >"$R/g_multi30k.out" 2>&1
-    ended "multi30k ended at $((SECONDS - T0)) s"
+    ended "multi30k"
     if [ -d /tmp/m30k/checkpoints ]; then
         tar -C /tmp/m30k --exclude=trainer.pt --exclude=./data --exclude=.lock -czf /tmp/m30k.tgz . &&
             split -b 15m /tmp/m30k.tgz "$OUT/m30k.tgz.part-"
@@ -49,21 +49,21 @@ G=${GPU_CHECKS:-benchmarks/gpu_checks.sh}
 (
     PROFILE_MODELS=ours TORCHINDUCTOR_COMPILE_THREADS=4 PART_LIMIT=$(limit 220) \
         $G /tmp/warm profile-compiled >"$R/g_warm.out" 2>&1
-    ended "warm-up compile ended at $((SECONDS - T0)) s"
+    ended "warm-up compile"
 ) &
 # The loss's and the optimizers' peak GPU memory (per process, so valid beside the others).
-(PART_LIMIT=$(limit 200) $G "$R" step-cost >"$R/g_step-cost.out" 2>&1; ended "step-cost ended at $((SECONDS - T0)) s"; pack) &
+(PART_LIMIT=$(limit 200) $G "$R" step-cost >"$R/g_step-cost.out" 2>&1; ended "step-cost"; pack) &
 wait
 export PROFILE_MODELS=ours
 for p in speed:90 profile-compiled:110 decode:90 profile:50; do
     PART_LIMIT=$(limit ${p#*:}) $G "$R" "${p%:*}" >"$R/g_${p%:*}.out" 2>&1
-    ended "${p%:*} ended at $((SECONDS - T0)) s"
+    ended "${p%:*}"
     pack
 done
 trace=$R/trace_ours_bf16.json.gz
 [ -f "$trace" ] && [ "$(stat -c %s "$trace")" -lt 15000000 ] && cp "$trace" "$OUT/"
 left=$((DEADLINE - (SECONDS - T0)))
 [ $left -gt 30 ] && PART_LIMIT=$left $G "$R" speed-compiled >"$R/g_speed-compiled.out" 2>&1
-ended "all ended at $((SECONDS - T0)) s"
+ended "all"
 pack
 grep -h "== .*exit" "$R"/g_*.out

@@ -116,13 +116,19 @@ def describe_folder(folder: Path, kind: str) -> str:
     return f"the {kind} {folder}" + (f" ({marker.name})" if marker.is_file() else "")
 
 
+def marker_field(folder: Path, kind: str, key: str) -> object:
+    """``key`` of ``folder``'s marker of ``kind``; None where the marker lacks it or is damaged
+    (a damaged marker says nothing)."""
+    try:
+        return read_json(folder / marker_name(kind)).get(key)
+    except UserError:
+        return None
+
+
 def made_entries(folder: Path, kind: str) -> set[str]:
     """The entries of ``folder`` that its command made: those its marker lists (none for a
     damaged marker)."""
-    try:
-        files = read_json(folder / marker_name(kind)).get("files")
-    except UserError:  # a damaged marker lists nothing
-        files = None
+    files = marker_field(folder, kind, "files")
     if isinstance(files, list) and all(isinstance(name, str) for name in files):
         return set(files)
     return set()

@@ -282,10 +282,7 @@ class RunDir:
     def made_by(self) -> str | None:
         """The command that made this run, as its marker says (None: a run made before markers
         said, or a damaged marker)."""
-        try:
-            made = reading.read_json(self.root / layout.marker_name("run")).get("made_by")
-        except UserError:
-            return None
+        made = layout.marker_field(self.root, "run", "made_by")
         return made if isinstance(made, str) else None
 
     def save_config(self, values: dict) -> None:
