@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 mkdir -p .whl
 version() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))"; }
-NAMES="num2words jsonargparse docstring_parser typeshed_client fastapi starlette pydantic
+NAMES="num2words jsonargparse docstring_parser fastapi starlette pydantic
        pydantic_core uvicorn annotated-types typing-inspection annotated-doc typing_extensions
        opentelemetry-api"
 SPECS=$(for n in $NAMES; do echo "$n==$(version "$n")"; done)

@@ -3,11 +3,31 @@
 The package tree follows the paper's Figure 1: ``model`` (masks, attention, layers, embeddings,
 encoder, decoder), then the tools around it: ``data``, ``training``, ``inference``, ``inspect``,
 with ``config`` (the typed config) and ``cli`` (the command line) at the top.
+
+``ModelConfig`` and ``Transformer`` are imported when first asked for, so that importing the
+package alone imports nothing: the ``transformer`` command (``__main__.py``) imports torch and
+the rest itself, with Python's cycle collector paused.
 """
 
-from .config import ModelConfig
-from .model import Transformer
+from importlib import import_module
+from typing import TYPE_CHECKING
+
 from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 __all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "ModelConfig", "Transformer"]
 __version__ = "0.1.0"
+
+_LATER = {"ModelConfig": ".config", "Transformer": ".model"}  # name: the module that has it
+
+if TYPE_CHECKING:
+    from .config import ModelConfig
+    from .model import Transformer
+
+
+def __getattr__(name: str):
+    """``transformer.ModelConfig`` and ``transformer.Transformer``, imported on first use."""
+    if name not in _LATER:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_LATER[name], __name__), name)
+    globals()[name] = value
+    return value
