@@ -21,7 +21,7 @@ def library(monkeypatch):
         products.onednn_is_faster.cache_clear()
 
     yield choose
-    products.onednn_is_faster.cache_clear()  # measured again once the variable is gone
+    products.onednn_is_faster.cache_clear()  # chosen again once the variable is gone
 
 
 def close(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -111,3 +111,31 @@ def test_the_choice_is_measured_once_and_kept():
     first = products.onednn_is_faster()
     assert products.onednn_is_faster() is first
     assert products.onednn_is_faster.cache_info().hits >= 1
+
+
+def test_two_threads_whose_first_products_come_together_measure_once(monkeypatch):
+    # Two batches at once (runtime.inter_threads) start their first products together: both
+    # threads measured the two libraries beside each other, and could answer differently.
+    import threading
+    import time
+
+    measured = []
+
+    def measure() -> bool:
+        measured.append(threading.current_thread().name)
+        time.sleep(0.2)  # the measurement takes a while: the other thread comes meanwhile
+        return len(measured) == 1  # a second measurement would answer otherwise
+
+    monkeypatch.delenv(products.CHOICE_VARIABLE, raising=False)
+    monkeypatch.setattr(products, "_measure", measure)
+    monkeypatch.setattr(products, "_MEASURED", [])
+    products.onednn_is_faster.cache_clear()
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(products.onednn_is_faster()))
+               for _ in range(2)]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    products.onednn_is_faster.cache_clear()  # the next test's products choose again
+    assert len(measured) == 1 and answers == [True, True], (measured, answers)

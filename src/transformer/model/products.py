@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import threading
 import time
 from functools import cache
 
@@ -112,15 +113,33 @@ def onednn_product(a: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
 @cache
 def onednn_is_faster() -> bool:
     """Whether float32 products go through oneDNN in this process: ``CHOICE_VARIABLE`` where
-    it is set, else whether oneDNN multiplied a (1,024, 512)·(512, 512)ᵀ at least ``MARGIN``
-    times as fast as MKL (the fastest of 5 calls each, on the threads torch has now; about 30
-    ms once)."""
+    it is set, else ``_measured_faster``."""
     choice = chosen_library()  # a bad value is refused here as well
     if not can_pack():
         return False
     limit_onednn_caches()  # before oneDNN's first product, however it is chosen
     if choice is not None:
         return choice == "onednn"
+    return _measured_faster()
+
+
+_MEASURING = threading.Lock()
+_MEASURED: list[bool] = []  # the measurement's answer, once made
+
+
+def _measured_faster() -> bool:
+    """Whether oneDNN multiplied a (1,024, 512)·(512, 512)ᵀ at least ``MARGIN`` times as fast
+    as MKL: the fastest of 5 calls each, on the threads torch has now, about 30 ms once a
+    process. Two batches at once make their first products together: both threads measured,
+    beside each other (60-70 ms each), and each could answer differently. Now the second waits
+    for the first's answer."""
+    with _MEASURING:
+        if not _MEASURED:
+            _MEASURED.append(_measure())
+        return _MEASURED[0]
+
+
+def _measure() -> bool:
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(1024, 512, generator=generator)
     b = torch.randn(512, 512, generator=generator)
