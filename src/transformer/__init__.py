@@ -31,3 +31,7 @@ def __getattr__(name: str):
     value = getattr(import_module(_LATER[name], __name__), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LATER])
