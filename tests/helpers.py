@@ -112,6 +112,22 @@ def cli_process(*args: str, stdin: str | bytes | None = None, script: str | None
     return Result(done.returncode, done.stdout.decode(errors="replace"), stderr)
 
 
+def imported_by_command(args: list[str], modules: tuple[str, ...]) -> tuple[Result, list[str]]:
+    """``transformer ARGS`` in a child process (``cli_process``): its result, and which of
+    ``modules`` it had imported by its end."""
+    script = (
+        "import sys\n"
+        "from transformer.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        f"print('imported:', *[m for m in {modules!r} if m in sys.modules], file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    result = cli_process(*args, script=script, timeout=120)
+    last = result.stderr[-1] if result.stderr else ""
+    assert last.startswith("imported:"), result.stderr
+    return result, last.split()[1:]
+
+
 def cli_main(*args: str, stdin: str | bytes | None = None) -> Result:
     """``transformer ARGS`` in this process, seen as ``cli_process`` sees it, without a child's
     start-up (seconds each): ``stdin`` is standard input (bytes as they are, so that invalid

@@ -19,7 +19,7 @@ from transformer.demo import run_demo
 from transformer.inference.engine import load_torch_engine
 from transformer.model_dir.checkpoints import load_checkpoint, step_checkpoints
 
-from helpers import SHARED_DATA, cli
+from helpers import SHARED_DATA, cli, imported_by_command
 
 SOURCES = ["seven hundred and seventy-one", "", "twelve", "eighty"]
 
@@ -98,18 +98,12 @@ def test_translate_imports_only_what_it_uses(numbers_model, tmp_path):
     # scoring; jsonargparse reads our typed configs without typeshed-client (80 ms), and the
     # compiler and matplotlib come only with compiling and drawing.
     (tmp_path / "in.txt").write_text("twelve\n")
-    code = (
-        "import sys\n"
-        "from transformer.cli import main\n"
-        f"code = main(['translate', {str(numbers_model)!r}, '-i', {str(tmp_path / 'in.txt')!r}])\n"
-        "late = ('sacrebleu', 'typeshed_client', 'torch._dynamo', 'sympy', 'matplotlib')\n"
-        "print('imported:', *[m for m in late if m in sys.modules], file=sys.stderr)\n"
-        "sys.exit(code)\n"
+    result, late = imported_by_command(
+        ["translate", str(numbers_model), "-i", str(tmp_path / "in.txt")],
+        ("sacrebleu", "typeshed_client", "torch._dynamo", "sympy", "matplotlib"),
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
-    assert done.returncode == 0 and done.stdout.count("\n") == 1, done.stderr  # one line out
-    assert done.stderr.strip().splitlines()[-1] == "imported:", done.stderr
+    assert result.code == 0 and result.stdout.count("\n") == 1, result.stderr  # one line out
+    assert late == [], result.stderr
 
 
 def test_the_command_imports_with_the_cycle_collector_paused_and_frozen():

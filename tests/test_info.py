@@ -12,6 +12,8 @@ from transformer.config import ModelConfig
 from transformer.inspect.info import parameter_table
 from transformer.model import Transformer
 
+from helpers import imported_by_command
+
 
 def test_base_model_with_shared_37k_vocabulary_is_about_63m():
     cfg = ModelConfig.preset(
@@ -114,18 +116,12 @@ def test_info_imports_neither_the_compiler_nor_matplotlib(architecture):
     # table on the CPU: a random draw or an `arange` on the meta device imports torch._dynamo
     # (and sympy), and the figures' matplotlib is imported only to draw. `info` took 3.6 s,
     # 1.2 s of them those imports. An RNN's parameters are counted on the meta device.
-    code = (
-        "import sys\n"
-        "from transformer.cli import main\n"
-        f"code = main(['info', '--preset', 'small', '--architecture', '{architecture}'])\n"
-        "late = [m for m in ('torch._dynamo', 'sympy', 'matplotlib') if m in sys.modules]\n"
-        "print('imported:', *late, file=sys.stderr)\n"
-        "sys.exit(code)\n"
+    result, late = imported_by_command(
+        ["info", "--preset", "small", "--architecture", architecture],
+        ("torch._dynamo", "sympy", "matplotlib"),
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
-    assert done.returncode == 0 and "total" in done.stdout, done.stderr
-    assert done.stderr.strip().splitlines()[-1] == "imported:", done.stderr
+    assert result.code == 0 and "total" in result.stdout, result.stderr
+    assert late == [], result.stderr
 
 
 def test_a_model_built_for_its_shapes_holds_nothing_and_counts_as_built():
