@@ -331,6 +331,25 @@ def test_a_signal_saves_a_checkpoint_and_says_how_to_resume(tmp_path, signum, co
     assert result.code == 0, result.stderr
 
 
+def test_ctrl_c_while_the_command_imports_is_one_line_and_130():
+    # The command's first second is its imports (torch's); Ctrl-C there showed a traceback.
+    script = (
+        "import builtins, os, signal, sys\n"
+        "real = builtins.__import__\n"
+        "def importing(name, *args, **kwargs):\n"
+        "    if name == 'jsonargparse':  # Ctrl-C comes while the command line is imported\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = importing\n"
+        "sys.argv = ['transformer', 'info', '--preset', 'small']\n"
+        "from transformer.__main__ import run\n"
+        "sys.exit(run())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert (done.returncode, done.stderr, done.stdout) == (130, "transformer: interrupted\n", "")
+
+
 def test_kill_9_at_random_points_always_leaves_a_loadable_run(tmp_path):
     out = tmp_path / "run"
     args = ["train", "--out", str(out), "--quiet", *TINY, "--max_steps", "100000",
