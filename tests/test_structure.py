@@ -200,6 +200,17 @@ def test_the_top_level_keeps_its_names():
 
     assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
     assert Transformer(ModelConfig.preset("tiny", src_vocab_size=10, tgt_vocab_size=10))
+    # importing the package alone imports nothing more (the command pauses Python's cycle
+    # collector while it imports torch: __main__.py), and its subpackages and names still
+    # come as attributes, imported then
+    script = (
+        "import sys; import transformer; print('torch' in sys.modules, "
+        "transformer.model.Transformer is transformer.Transformer, "
+        "transformer.config.ModelConfig is transformer.ModelConfig, "
+        "hasattr(transformer, 'nothing'))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stdout.split() == ["False", "True", "True", "False"], done.stderr
 
 
 # ---------------------------------------------------------- every write goes through the gate

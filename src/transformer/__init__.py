@@ -25,12 +25,18 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str):
-    """``transformer.ModelConfig`` and ``transformer.Transformer``, imported on first use."""
-    if name not in _LATER:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(_LATER[name], __name__), name)
-    globals()[name] = value
-    return value
+    """``transformer.ModelConfig`` and ``transformer.Transformer``, imported on first use; so is
+    a subpackage (``transformer.model``), as it was when the package imported them."""
+    if name in _LATER:
+        value = getattr(import_module(_LATER[name], __name__), name)
+        globals()[name] = value
+        return value
+    try:
+        return import_module(f".{name}", __name__)
+    except ModuleNotFoundError as error:
+        if error.name != f"{__name__}.{name}":  # a module it imports is missing: say so
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
 def __dir__() -> list[str]:
