@@ -106,6 +106,17 @@ def test_translate_imports_only_what_it_uses(numbers_model, tmp_path):
     assert late == [], result.stderr
 
 
+@pytest.mark.parametrize(
+    "args", [["--help"], ["translate", "--help"], ["train", "--help"], ["serve", "--help"]]
+)
+def test_the_help_answers_without_torch(args):
+    # torch's import is most of a command's start-up (0.85-1 s); the usage and a command's
+    # help need none of it: 0.1-0.2 s
+    result, late = imported_by_command(args, ("torch",))
+    assert result.code == 0 and "usage:" in result.stdout, result.stderr
+    assert late == [], result.stderr
+
+
 def test_the_command_imports_with_the_cycle_collector_paused_and_frozen():
     # `transformer` (the command, and `python -m transformer`) imports torch and the commands
     # with the collector paused, then freezes what the import made: no full collection walks

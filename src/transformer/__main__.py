@@ -5,7 +5,8 @@ import sys
 
 
 def run() -> int:
-    """Imports the command line with Python's cycle collector paused, then runs it.
+    """Imports the command line (and torch, unless only the help is asked for) with Python's
+    cycle collector paused, then runs it.
 
     Importing torch and the commands makes some 400,000 objects, and the collector walked them
     all three times as they were made: 150-200 ms of each command's start. Frozen once imported
@@ -17,6 +18,11 @@ def run() -> int:
     gc.disable()
     try:
         from .cli import main
+        from .cli.entry import only_help
+
+        if not only_help(sys.argv[1:]):
+            # torch, the model and the engines: most of a command's start-up
+            from . import inference  # noqa: F401
     except KeyboardInterrupt:  # Ctrl-C in the second the imports take: nothing has run yet
         print("transformer: interrupted", file=sys.stderr)
         return 130

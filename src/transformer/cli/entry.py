@@ -27,7 +27,6 @@ from jsonargparse import ArgumentParser, set_parsing_settings
 
 from ..config import RunConfig
 from ..errors import Terminated, UserError, describe_os_error
-from ..model.products import check_cache_sizes, chosen_library
 from .commands import COMMANDS
 from .help import command_help
 from .options import COMMAND_SECTIONS, parse, section_file_help
@@ -60,6 +59,17 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def only_help(args: Sequence[str]) -> bool:
+    """Whether ``transformer ARGS`` only prints the usage, a command's help, or an unknown
+    command's error: all that ``main`` answers without torch."""
+    return (
+        not args
+        or args[0] in ("-h", "--help")
+        or args[0] not in COMMANDS
+        or any(arg in ("-h", "--help") for arg in args[1:])
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
@@ -79,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(command_help(name, build_parser(name), command.description or command.help,
                                    command.sections))  # fmt: skip
                 return 0
+            # torch is imported from here on (``__main__.run`` imports it before, with Python's
+            # cycle collector paused), not for the usage and the help (0.1-0.2 s, not 1 s)
+            from ..model.products import check_cache_sizes, chosen_library
+
             chosen_library()  # a bad TRANSFORMER_CPU_PRODUCTS is refused before anything runs
             check_cache_sizes()  # and a cache size that would crash oneDNN's first product
             ns, given = parse(build_parser(name), rest, COMMANDS[name].sections)

@@ -21,7 +21,6 @@ from jsonargparse import ArgumentParser
 from ..config import SECTIONS, RuntimeConfig
 from ..config.files import read_section
 from ..errors import UserError
-from ..inference.inputs import lone_surrogate
 from ..model_dir.layout import WHICH, folder_kind, ignored_choice, is_checkpoint_folder
 from ..serve.config import ServeConfig
 
@@ -104,6 +103,8 @@ def parse(
 def not_utf8(text: str) -> str | None:
     """What in ``text`` is not UTF-8 (e.g. "byte 0xff"), or None. Python hands a command-line
     argument's undecodable byte over as a lone surrogate (surrogateescape): U+DC80 + byte."""
+    from ..inference.inputs import lone_surrogate  # not at the top: the package imports torch
+
     at = lone_surrogate(text)
     if at is None:
         return None
