@@ -130,9 +130,9 @@ _MEASURED: list[bool] = []  # the measurement's answer, once made
 def _measured_faster() -> bool:
     """Whether oneDNN multiplied a (1,024, 512)·(512, 512)ᵀ at least ``MARGIN`` times as fast
     as MKL: the fastest of 5 calls each, on the threads torch has now, about 30 ms once a
-    process. Two batches at once make their first products together: both threads measured,
-    beside each other (60-70 ms each), and each could answer differently. Now the second waits
-    for the first's answer."""
+    process. Two batches at once make their first products together; the second thread waits
+    for the first's answer (measuring beside each other, each took 60-70 ms and could answer
+    differently)."""
     with _MEASURING:
         if not _MEASURED:
             _MEASURED.append(_measure())
