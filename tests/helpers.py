@@ -128,6 +128,19 @@ def imported_by_command(args: list[str], modules: tuple[str, ...]) -> tuple[Resu
     return result, last.split()[1:]
 
 
+def command_process(
+    args: list[str], before: str = "", after: str = ""
+) -> subprocess.CompletedProcess:
+    """``transformer ARGS`` as the command runs it (``__main__.run``), in a child process, with
+    Python code ``before`` it starts and ``after`` it returns (``code`` holds its exit code)."""
+    script = (
+        f"import sys\n{before}\nsys.argv = ['transformer', *{args!r}]\n"
+        f"from transformer.__main__ import run\ncode = run()\n{after}\nsys.exit(code)\n"
+    )
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+
+
 def cli_main(*args: str, stdin: str | bytes | None = None) -> Result:
     """``transformer ARGS`` in this process, seen as ``cli_process`` sees it, without a child's
     start-up (seconds each): ``stdin`` is standard input (bytes as they are, so that invalid

@@ -19,7 +19,7 @@ from transformer.demo import run_demo
 from transformer.inference.engine import load_torch_engine
 from transformer.model_dir.checkpoints import load_checkpoint, step_checkpoints
 
-from helpers import SHARED_DATA, cli, imported_by_command
+from helpers import SHARED_DATA, cli, command_process, imported_by_command
 
 SOURCES = ["seven hundred and seventy-one", "", "twelve", "eighty"]
 
@@ -123,22 +123,21 @@ def test_the_command_imports_with_the_cycle_collector_paused_and_frozen():
     # the ~280,000 objects, during the command or at the interpreter's exit. Without the pause
     # the import alone ran 3 full collections (150-200 ms), and the command took 1.7-1.9 s for
     # one sentence against 1.2-1.4 s. Importing the package alone imports nothing more.
-    code = (
-        "import gc, sys\n"
-        "import transformer\n"
-        "light = 'torch' not in sys.modules\n"
-        "full = []\n"
-        "gc.callbacks.append(lambda phase, info: phase == 'stop' and info['generation'] == 2\n"
-        "                    and full.append(1))\n"
-        "sys.argv = ['transformer', 'info', '--preset', 'small']\n"
-        "from transformer.__main__ import run\n"
-        "code = run()\n"
-        "print('light', light, 'full', len(full), 'frozen', gc.get_freeze_count(),\n"
-        "      'enabled', gc.isenabled(), file=sys.stderr)\n"
-        "sys.exit(code)\n"
+    done = command_process(
+        ["info", "--preset", "small"],
+        before=(
+            "import gc\n"
+            "import transformer\n"
+            "light = 'torch' not in sys.modules\n"
+            "full = []\n"
+            "gc.callbacks.append(lambda phase, info: phase == 'stop' and info['generation'] == 2\n"
+            "                    and full.append(1))"
+        ),
+        after=(
+            "print('light', light, 'full', len(full), 'frozen', gc.get_freeze_count(),\n"
+            "      'enabled', gc.isenabled(), file=sys.stderr)"
+        ),
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
     assert done.returncode == 0 and "total" in done.stdout, done.stderr
     words = done.stderr.split()
     said = dict(zip(words[::2], words[1::2], strict=True))

@@ -24,7 +24,7 @@ import pytest
 
 from transformer import files
 
-from helpers import TINY_NUMBERS, Result, one_line_error, snapshot
+from helpers import TINY_NUMBERS, Result, command_process, one_line_error, snapshot
 from helpers import cli_main as cli
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes
@@ -333,20 +333,18 @@ def test_a_signal_saves_a_checkpoint_and_says_how_to_resume(tmp_path, signum, co
 
 def test_ctrl_c_while_the_command_imports_is_one_line_and_130():
     # The command's first second is its imports (torch's); Ctrl-C there showed a traceback.
-    script = (
-        "import builtins, os, signal, sys\n"
-        "real = builtins.__import__\n"
-        "def importing(name, *args, **kwargs):\n"
-        "    if name == 'jsonargparse':  # Ctrl-C comes while the command line is imported\n"
-        "        os.kill(os.getpid(), signal.SIGINT)\n"
-        "    return real(name, *args, **kwargs)\n"
-        "builtins.__import__ = importing\n"
-        "sys.argv = ['transformer', 'info', '--preset', 'small']\n"
-        "from transformer.__main__ import run\n"
-        "sys.exit(run())\n"
+    done = command_process(
+        ["info", "--preset", "small"],
+        before=(
+            "import builtins, os, signal\n"
+            "real = builtins.__import__\n"
+            "def importing(name, *args, **kwargs):\n"
+            "    if name == 'jsonargparse':  # Ctrl-C comes while the command line is imported\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "    return real(name, *args, **kwargs)\n"
+            "builtins.__import__ = importing"
+        ),
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
     assert (done.returncode, done.stderr, done.stdout) == (130, "transformer: interrupted\n", "")
 
 
