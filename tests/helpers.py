@@ -112,33 +112,25 @@ def cli_process(*args: str, stdin: str | bytes | None = None, script: str | None
     return Result(done.returncode, done.stdout.decode(errors="replace"), stderr)
 
 
-def imported_by_command(args: list[str], modules: tuple[str, ...]) -> tuple[Result, list[str]]:
-    """``transformer ARGS`` in a child process (``cli_process``): its result, and which of
-    ``modules`` it had imported by its end."""
+def command_process(args: list[str], before: str = "", after: str = "") -> Result:
+    """``transformer ARGS`` as the command runs it (``__main__.run``), in a child process
+    (``cli_process``), with Python code ``before`` it starts and ``after`` it returns (``code``
+    holds its exit code)."""
     script = (
-        "import sys\n"
-        "from transformer.cli import main\n"
-        "code = main(sys.argv[1:])\n"
-        f"print('imported:', *[m for m in {modules!r} if m in sys.modules], file=sys.stderr)\n"
-        "sys.exit(code)\n"
+        f"import sys\n{before}\nsys.argv[0] = 'transformer'\n"
+        f"from transformer.__main__ import run\ncode = run()\n{after}\nsys.exit(code)\n"
     )
-    result = cli_process(*args, script=script, timeout=120)
+    return cli_process(*args, script=script, timeout=120)
+
+
+def imported_by_command(args: list[str], modules: tuple[str, ...]) -> tuple[Result, list[str]]:
+    """``transformer ARGS`` in a child process (``command_process``): its result, and which of
+    ``modules`` it had imported by its end."""
+    late = f"[m for m in {modules!r} if m in sys.modules]"
+    result = command_process(args, after=f"print('imported:', *{late}, file=sys.stderr)")
     last = result.stderr[-1] if result.stderr else ""
     assert last.startswith("imported:"), result.stderr
     return result, last.split()[1:]
-
-
-def command_process(
-    args: list[str], before: str = "", after: str = ""
-) -> subprocess.CompletedProcess:
-    """``transformer ARGS`` as the command runs it (``__main__.run``), in a child process, with
-    Python code ``before`` it starts and ``after`` it returns (``code`` holds its exit code)."""
-    script = (
-        f"import sys\n{before}\nsys.argv = ['transformer', *{args!r}]\n"
-        f"from transformer.__main__ import run\ncode = run()\n{after}\nsys.exit(code)\n"
-    )
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
 
 
 def cli_main(*args: str, stdin: str | bytes | None = None) -> Result:

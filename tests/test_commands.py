@@ -138,8 +138,8 @@ def test_the_command_imports_with_the_cycle_collector_paused_and_frozen():
             "      'enabled', gc.isenabled(), file=sys.stderr)"
         ),
     )
-    assert done.returncode == 0 and "total" in done.stdout, done.stderr
-    words = done.stderr.split()
+    assert done.code == 0 and "total" in done.stdout, done.stderr
+    words = " ".join(done.stderr).split()
     said = dict(zip(words[::2], words[1::2], strict=True))
     assert said["light"] == "True" and said["full"] == "0" and said["enabled"] == "True", said
     assert int(said["frozen"]) > 100_000, said
