@@ -72,6 +72,29 @@ def test_with_mkl_chosen_it_is_f_linear_bit_for_bit(library):
     assert torch.equal(products.product(x, weight), F.linear(x, weight))
 
 
+def test_without_a_gradient_small_products_go_through_mkl(library, monkeypatch):
+    """Below ``SMALL_PRODUCT`` multiply-adds the product is MKL's (``F.linear``, bit for bit);
+    from it on, oneDNN's, for rows given as a matrix or with more dims; with a gradient,
+    oneDNN's at any size."""
+    library("onednn")
+    calls = []
+    through_onednn = products.onednn_product
+    monkeypatch.setattr(
+        products, "onednn_product", lambda *a: calls.append(a[0].shape) or through_onednn(*a)
+    )
+    weight = torch.randn(128, 128)  # 16,384 multiply-adds a row: 64 rows make SMALL_PRODUCT
+    small, large, rows = torch.randn(63, 128), torch.randn(2, 32, 128), torch.randn(64, 128)
+    with torch.no_grad():
+        assert torch.equal(products.linear(small, weight), F.linear(small, weight))
+        assert calls == []
+        close(products.linear(large, weight), F.linear(large, weight))
+        close(products.linear(rows, weight), F.linear(rows, weight))
+        assert calls == [(64, 128), (64, 128)]
+    x = torch.randn(1, 128, requires_grad=True)
+    products.linear(x, weight)
+    assert len(calls) == 3  # training's products stay with oneDNN
+
+
 def test_other_dtypes_and_autocast_stay_with_f_linear(library):
     library("onednn")
     x, weight = torch.randn(5, 32), torch.randn(24, 32)

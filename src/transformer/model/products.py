@@ -12,7 +12,8 @@ products go through oneDNN only where it wins clearly (``MARGIN``).
 
 ``product(a, b)`` is a·bᵀ (+ bias) without a gradient (the fused loss makes its own);
 ``linear(x, weight, bias)`` is ``F.linear`` with its gradients through oneDNN as well (x·Wᵀ + b
-forward; dY·W and dYᵀ·X backward). The numbers are
+forward; dY·W and dYᵀ·X backward), except a small product without a gradient
+(``SMALL_PRODUCT``: a decoding step's few rows), which MKL makes faster. The numbers are
 those of ``F.linear`` to float32 rounding: the order of the sums differs
 (tests/test_products.py). Only float32 on the CPU, outside autocast; anything else is
 ``F.linear``.
@@ -36,6 +37,13 @@ from torch import Tensor
 from ..errors import BadValue
 
 MARGIN = 1.3  # oneDNN's products are used where they take at most 1/1.3 of MKL's time
+# Below this many multiply-adds (M·N·K), a product without a gradient goes through MKL even
+# where oneDNN is the faster library: a oneDNN call costs about 10 µs more than MKL's, which
+# outweighs its faster arithmetic in the small products of a small model's decoding step. On
+# the Zen 5 EPYC, one thread, oneDNN's time over MKL's crossed 1 at 0.8-1.05 M multiply-adds
+# for eight shapes from 128 → 128 to 1,024 → 256 (4.9 at one row of 128 → 128, 0.5 at 128
+# rows of 256 → 1,024); at two threads at 0.5-2.5 M (docs/speed.md).
+SMALL_PRODUCT = 1 << 20
 # oneDNN keeps a compiled product for each shape it has multiplied (0.2-0.3 ms to compile,
 # about 0.5 MB each), 1,024 by default: translating test2016 (a few hundred row counts) they
 # held 120-160 MB. A search keeps its batch to a few row counts (inference/search.py,
@@ -177,8 +185,10 @@ def product(a: Tensor, b: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 def _over_rows(x: Tensor, rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """x·Wᵀ + b through oneDNN, from x's rows (M, K): (…, N) in x's leading shape."""
-    return onednn_product(rows, weight, bias).view(*x.shape[:-1], weight.size(0))
+    """x·Wᵀ + b through oneDNN, from x's rows (M, K): (…, N) in x's leading shape (a decoding
+    step's rows are (M, K) already, and take no ``view``: a call into torch fewer)."""
+    product = onednn_product(rows, weight, bias)  # (M, N)
+    return product if x.dim() == 2 else product.view(*x.shape[:-1], weight.size(0))
 
 
 class _Linear(torch.autograd.Function):
@@ -209,11 +219,14 @@ class _Linear(torch.autograd.Function):
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x, weight, bias)``, (…, K) -> (…, N), its products (and their gradients)
-    through oneDNN where ``onednn_applies``."""
+    through oneDNN where ``onednn_applies``; without a gradient, a product of fewer than
+    ``SMALL_PRODUCT`` multiply-adds through MKL (``F.linear``)."""
     if not onednn_applies(x) or weight.dtype is not torch.float or not x.numel() * weight.numel():
         return F.linear(x, weight, bias)  # (also where a side is empty)
     if torch.is_grad_enabled() and (
         x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
     ):
         return _Linear.apply(x, weight, bias)
-    return _over_rows(x, x.reshape(-1, x.size(-1)), weight, bias)
+    if x.numel() // x.size(-1) * weight.numel() < SMALL_PRODUCT:  # M·N·K
+        return F.linear(x, weight, bias)
+    return _over_rows(x, x if x.dim() == 2 else x.reshape(-1, x.size(-1)), weight, bias)
