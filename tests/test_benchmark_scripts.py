@@ -177,3 +177,30 @@ def test_the_one_gpu_call_fits_its_parts_in_its_deadline(tmp_path, deadline):
     ended = (tmp_path / "results" / "ended.txt").read_text()
     for name in ("tests", "cli", "multi30k", "warm-up compile", "step-cost", "speed", "all"):
         assert re.search(rf"^{name} ended at \d+ s$", ended, re.MULTILINE), ended
+
+
+def test_one_sentence_times_ours_and_ctranslate2_with_the_same_outputs(numbers_model, tmp_path):
+    pytest.importorskip("ctranslate2")
+    text, out = tmp_path / "in.txt", tmp_path / "table.md"
+    text.write_text("seven\nninety-one\nfour hundred and twelve\n", encoding="utf-8")
+    _bench("one_sentence.py", "--model", str(numbers_model), "--input", str(text),
+           "--sentences", "3", "--beams", "1", "--rounds", "1", "--repeat", "1",
+           "--markdown", str(out))  # fmt: skip
+    table = out.read_text()
+    assert "3 sentences, each translated alone" in table
+    ours = re.search(r"\| greedy \| ours \| ([0-9.]+); ([0-9.]+) \| yes \|", table)
+    assert ours and float(ours[1]) > 0, table
+    assert "| greedy | CTranslate2 fp32 | " in table, table
+
+
+def test_small_products_tables_onednn_over_mkl_by_rows(tmp_path):
+    from transformer.model.products import can_pack
+
+    if not can_pack():
+        pytest.skip("this PyTorch has no oneDNN product on this CPU")
+    out = tmp_path / "table.md"
+    _bench("small_products.py", "--threads", "1", "--calls", "8", "--markdown", str(out))
+    table = out.read_text()
+    assert "SMALL_PRODUCT = 1.05 M" in table
+    row = re.search(r"\| 128 → 128 \| ([0-9.]+) \(0\.02\) \|", table)  # one row: 16,384
+    assert row and float(row[1]) > 0, table
