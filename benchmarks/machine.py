@@ -1,4 +1,4 @@
-"""What machine a benchmark ran on, for its report's header.
+"""What machine a benchmark ran on, for its report's header; and a fresh process to measure in.
 
 The same model name can hide CPU generations that differ in how their vector units run the
 matrix products (an "AMD EPYC" of family 25, Zen 4, or of family 26, Zen 5), and the ratios
@@ -7,7 +7,11 @@ between engines move with them: so the family and model numbers are written too.
 
 from __future__ import annotations
 
+import json
+import os
 import platform
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -25,3 +29,25 @@ def cpu_name() -> str:
     if "cpu family" in fields and "model" in fields:
         name += f" (family {fields['cpu family']}, model {fields['model']})"
     return name
+
+
+def child_json(arguments: list[str], src: Path, what: str, env: dict | None = None) -> dict:
+    """Runs ``python ARGUMENTS`` in a fresh process whose ``transformer`` is the one under
+    ``src`` (a checkout's ``src`` folder), with ``env`` added to this environment, and returns
+    the JSON of its output's last line; a failure ends the benchmark with ``what`` and the end
+    of the child's stderr."""
+    done = subprocess.run(
+        [sys.executable, *arguments], capture_output=True, text=True, cwd=Path(__file__).parent,
+        env={**os.environ, "PYTHONPATH": str(src), **(env or {})},
+    )  # fmt: skip
+    if done.returncode:
+        sys.exit(f"{what}: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def publish(lines: list[str], markdown: Path | None) -> None:
+    """Prints a report's lines, and writes them to ``markdown`` where one is given."""
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if markdown:
+        markdown.write_text(report, encoding="utf-8")

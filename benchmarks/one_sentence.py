@@ -16,14 +16,13 @@ and the table gives each one's fastest, and whether its outputs equal this check
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from machine import cpu_name
+from machine import child_json, cpu_name, publish
 
 HERE = Path(__file__).resolve().parent
 CHILD = """
@@ -48,14 +47,8 @@ print(json.dumps({"ms": 1000 * best / len(lines), "outputs": digest}))
 
 def one(src: Path, model: str, engine: str, text: str, beam: int, args) -> dict:
     """One fresh process's fastest round."""
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, model, engine, text, str(beam), str(args.sentences),
-         str(args.rounds)],
-        env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True, cwd=HERE,
-    )  # fmt: skip
-    if done.returncode:
-        sys.exit(f"{engine} ({src}), beam {beam}: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    arguments = [model, engine, text, str(beam), str(args.sentences), str(args.rounds)]
+    return child_json(["-c", CHILD, *arguments], src, f"{engine} ({src}), beam {beam}")
 
 
 def main() -> None:
@@ -100,10 +93,7 @@ def main() -> None:
         same = "yes" if all(r["outputs"] == ours for r in runs) else "no"
         search = "greedy" if beam == 1 else f"beam {beam}"
         lines.append(f"| {search} | {name} | {fastest[0]:.2f}; {fastest[-1]:.2f} | {same} |")
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.markdown:
-        args.markdown.write_text(report, encoding="utf-8")
+    publish(lines, args.markdown)
 
 
 if __name__ == "__main__":

@@ -35,13 +35,11 @@ import argparse
 import ctypes
 import gzip
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from machine import cpu_name
+from machine import child_json, cpu_name, publish
 
 HERE = Path(__file__).resolve().parent
 CHILD = """
@@ -115,15 +113,8 @@ VARIANTS = {
 def one(
     src: Path, model: str, text: Path, beam: int, runtime: dict | None, env: dict, heap: bool
 ) -> dict:
-    environment = {**os.environ, "PYTHONPATH": str(src), **env}
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, model, str(text), str(beam), json.dumps(runtime),
-         "1" if heap else "0"],
-        env=environment, capture_output=True, text=True, cwd=HERE,
-    )  # fmt: skip
-    if done.returncode:
-        sys.exit(f"{model}, beam {beam}, {runtime}: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    arguments = [model, str(text), str(beam), json.dumps(runtime), "1" if heap else "0"]
+    return child_json(["-c", CHILD, *arguments], src, f"{model}, beam {beam}, {runtime}", env)
 
 
 def main() -> None:
@@ -190,10 +181,7 @@ def main() -> None:
                 + " |"
             )
         lines.append(row)
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.markdown:
-        args.markdown.write_text(report, encoding="utf-8")
+    publish(lines, args.markdown)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from machine import cpu_name
+from machine import cpu_name, publish
 
 from transformer.model.products import SMALL_PRODUCT, can_pack
 
@@ -75,10 +75,7 @@ def main() -> None:
             lines.append(f"| {k} → {n} | " + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
         lines.append("")
-    report = "\n".join(lines)
-    print(report)
-    if args.markdown:
-        args.markdown.write_text(report, encoding="utf-8")
+    publish(lines, args.markdown)
 
 
 if __name__ == "__main__":
