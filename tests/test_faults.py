@@ -337,6 +337,9 @@ def test_ctrl_c_while_the_command_imports_is_one_line_and_130():
         ["info", "--preset", "small"],
         before=(
             "import builtins, os, signal\n"
+            # as a terminal starts a command: Ctrl-C handled, whatever this process inherited
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
             "real = builtins.__import__\n"
             "def importing(name, *args, **kwargs):\n"
             "    if name == 'jsonargparse':  # Ctrl-C comes while the command line is imported\n"
