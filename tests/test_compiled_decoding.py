@@ -106,6 +106,25 @@ def test_a_search_with_alignments_runs_its_steps_uncompiled(uncompiled, monkeypa
     assert beam_search(model, src, BEAM) and steps  # without alignments: the compiled step
 
 
+def test_one_row_throughout_decodes_eagerly_over_a_growing_cache(uncompiled, monkeypatch):
+    """A batch of one sentence and one row (greedy search: a lone request, the last line of a
+    file) would run the compiled step uncompiled over the fixed cache's every slot, slower than
+    the eager step; it takes the eager step. Beams, or two sentences, take the compiled one."""
+    model, src = tiny_model(), sources(5, 2)
+    expected = outputs(model, src[:1])
+    assert compiled.compile_decoding(model)
+    running = sys.modules["transformer.inference.search"]  # inference/search.py
+    made, fixed_cache = [], running.fixed_cache  # the compiled step's cache, made per search
+    monkeypatch.setattr(running, "fixed_cache", lambda *a: made.append(a) or fixed_cache(*a))
+    assert [h.tokens for h in greedy_search(model, src[:1], GREEDY)] == [
+        tokens for tokens, _ in expected[0]
+    ]
+    assert made == []
+    assert greedy_search(model, src, GREEDY) and len(made) == 1  # two sentences: compiled
+    assert beam_search(model, src[:1], BEAM) and len(made) == 2  # one sentence, 3 beams: compiled
+    assert_same(outputs(model, src[:1]), expected, tolerance=1e-5)
+
+
 def test_the_compiled_step_gives_the_eager_outputs():
     """A real ``torch.compile`` (about 30 s on the 2-core CPU): greedy search and beam search
     over sentences of several lengths, finishing at different steps (rows leave the batch)."""

@@ -112,7 +112,7 @@ def _beam_search(
     rules = SearchRules.of(config, int(max_lens.max()))
     longest = int(max_lens.max())
     batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix, longest,
-                         config.alignment)  # B rows  # fmt: skip
+                         config.alignment, beams=K)  # B rows  # fmt: skip
     running = torch.arange(B, device=device)  # (N,) sentence of each running block of K rows
     # The K beams all start as the same <s>: only beam 0 may be extended at the first step, or
     # the beam would fill with K copies of the same candidates.

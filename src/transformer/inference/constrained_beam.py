@@ -111,7 +111,9 @@ def _search(
     beams_of = torch.arange(B, device=device).repeat_interleave(K)  # (B·K,)
     rules = SearchRules.of(config, int(max_lens.max()))
     longest, aligned = int(max_lens.max()), config.alignment
-    batch = RunningBatch(model, memory, src_mask, use_cache, rules, prefix, longest, aligned)
+    batch = RunningBatch(
+        model, memory, src_mask, use_cache, rules, prefix, longest, aligned, beams=K
+    )
     running = torch.arange(B, device=device)  # (N,)
     beam_log_probs = torch.full((B, K), float("-inf"), device=device)  # (N, K)
     beam_log_probs[:, 0] = 0.0  # the K beams are the same <s>: only beam 0 is extended at first

@@ -284,16 +284,19 @@ class RunningBatch:
     def __init__(
         self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor, use_cache: bool,
         rules: SearchRules = SearchRules(), prefix: Tensor | None = None,  # noqa: B008 (frozen)
-        longest: int = 0, aligned: bool = False,
+        longest: int = 0, aligned: bool = False, beams: int = 1,
     ):  # fmt: skip
         """``longest``: the most tokens an output may have (0: not known), which the cache
-        makes room for."""
+        makes room for; ``beams``: the rows each sentence will have (a beam search's K)."""
         self.model = model
         # (sentences or rows, S, D), (sentences or rows, 1, 1, S): see ``shared``
         self.memory, self.src_mask = memory, src_mask
         # a compiled step where ``compile_decoding`` made one (compiled.py), over its fixed cache;
-        # none where the attention is kept, which a compiled step does not return
-        self.step = compiled_step(model) if use_cache and not aligned else None
+        # none where the attention is kept, which a compiled step does not return, nor for a
+        # batch of one row throughout (one sentence, one row each), which the compiled step
+        # would run uncompiled over its fixed cache, slower than the eager step (docs/speed.md)
+        compiled = use_cache and not aligned and memory.size(0) * beams > 1
+        self.step = compiled_step(model) if compiled else None
         # The beams of a sentence read the same encoder output: where the model can (its
         # ``beams_share_memory``; not in a compiled step), the encoder output, its mask and the
         # cached encoder-decoder keys and values stay one row per sentence, not one per beam.
