@@ -417,6 +417,11 @@ def test_search_restores_the_training_mode_and_uses_eval_semantics():
     got = greedy_search(model, padded(SENTENCES))
     assert_same(got, expected)  # no dropout inside the search
     assert all(module.training for module in model.modules())
+    model.eval()
+    model.decoder.layers[0].train()  # one part training, the rest not: each flag as it was
+    modes = [module.training for module in model.modules()]
+    assert_same(greedy_search(model, padded(SENTENCES)), expected)
+    assert [module.training for module in model.modules()] == modes
 
 
 # --- Sampling on a random model ------------------------------------------------------------

@@ -93,15 +93,18 @@ def gnmt_length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
 
 @contextmanager
 def evaluating(model: EncoderDecoder) -> Iterator[None]:
-    """eval() + inference_mode for the search; every module's train/eval flag is restored."""
-    modes = [(module, module.training) for module in model.modules()]
-    model.eval()
+    """eval() + inference_mode for the search; every module's train/eval flag is restored. A
+    model in eval mode already (an engine's) is left as it is: setting and restoring the flag
+    of each of its modules took a tenth of a millisecond per search."""
+    training = [module for module in model.modules() if module.training]
+    if training:
+        model.eval()
     try:
         with torch.inference_mode():
             yield
     finally:
-        for module, training in modes:
-            module.training = training
+        for module in training:
+            module.training = True
 
 
 def max_output_lengths(
