@@ -58,6 +58,16 @@ def uncompiled(monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)
 
 
+@pytest.fixture
+def fixed_caches(monkeypatch) -> list:
+    """The fixed caches the searches make from now on (one per search that takes the compiled
+    step), as the arguments each was made with."""
+    running = sys.modules["transformer.inference.search"]  # inference/search.py
+    made, fixed_cache = [], running.fixed_cache
+    monkeypatch.setattr(running, "fixed_cache", lambda *a: made.append(a) or fixed_cache(*a))
+    return made
+
+
 @pytest.mark.parametrize(
     "overrides",
     [{}, {"norm_first": True}, {"positional": "learned"}],
@@ -89,14 +99,12 @@ def test_a_fixed_step_equals_a_growing_step_position_by_position(uncompiled):
     assert fixed.length == growing.length == tokens.size(1)
 
 
-def test_a_search_with_alignments_runs_its_steps_uncompiled(uncompiled, monkeypatch):
+def test_a_search_with_alignments_runs_its_steps_uncompiled(uncompiled, fixed_caches):
     model, src = tiny_model(), sources(4)
     aligned = DecodeConfig(beam_size=3, nbest=2, max_len_a=1.5, max_len_b=4, alignment=True)
     expected = beam_search(model, src, aligned)
     assert compiled.compile_decoding(model)
-    running = sys.modules["transformer.inference.search"]  # inference/search.py
-    steps, fixed_cache = [], running.fixed_cache  # the compiled step's cache, made per search
-    monkeypatch.setattr(running, "fixed_cache", lambda *a: steps.append(a) or fixed_cache(*a))
+    steps = fixed_caches  # the compiled step's cache, made per search
     found = beam_search(model, src, aligned)  # the compiled step returns no attention
     assert steps == []
     for hyps, hyps_ref in zip(found, expected, strict=True):
@@ -106,16 +114,14 @@ def test_a_search_with_alignments_runs_its_steps_uncompiled(uncompiled, monkeypa
     assert beam_search(model, src, BEAM) and steps  # without alignments: the compiled step
 
 
-def test_one_row_throughout_decodes_eagerly_over_a_growing_cache(uncompiled, monkeypatch):
+def test_one_row_throughout_decodes_eagerly_over_a_growing_cache(uncompiled, fixed_caches):
     """A batch of one sentence and one row (greedy search: a lone request, the last line of a
     file) would run the compiled step uncompiled over the fixed cache's every slot, slower than
     the eager step; it takes the eager step. Beams, or two sentences, take the compiled one."""
     model, src = tiny_model(), sources(5, 2)
     expected = outputs(model, src[:1])
     assert compiled.compile_decoding(model)
-    running = sys.modules["transformer.inference.search"]  # inference/search.py
-    made, fixed_cache = [], running.fixed_cache  # the compiled step's cache, made per search
-    monkeypatch.setattr(running, "fixed_cache", lambda *a: made.append(a) or fixed_cache(*a))
+    made = fixed_caches  # the compiled step's cache, made per search
     assert [h.tokens for h in greedy_search(model, src[:1], GREEDY)] == [
         tokens for tokens, _ in expected[0]
     ]
